@@ -1,0 +1,38 @@
+"""mlx-speech: local streaming text-to-speech on MLX.
+
+    tts = mlx_speech.load()                      # MOSS-TTS-Nano from the hub
+    tts.speak("Hello there.", voice="me.wav").write("out.wav")
+    for chunk in tts.stream("Hello again.", voice="me.wav"):
+        play(chunk.samples)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .audio import Audio
+from .engine import shared_engine
+from .errors import GenerationError, ModelLoadError
+from .registry import family_loader, resolve_model_dir
+from .tts import TTS
+
+DEFAULT_MODEL = "mlx-community/MOSS-TTS-Nano-100M"
+
+__all__ = ["DEFAULT_MODEL", "Audio", "GenerationError", "ModelLoadError", "TTS", "load"]
+
+
+def load(model: str | Path = DEFAULT_MODEL) -> TTS:
+    """Load a checkpoint (local directory or hub id); its family comes from config.json."""
+    model_dir = resolve_model_dir(model)
+    loader = family_loader(model_dir)
+    engine = shared_engine()
+
+    def load_on_worker():
+        try:
+            return loader(model_dir)
+        except ModelLoadError:
+            raise
+        except Exception as error:
+            raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
+
+    return TTS(engine.call(load_on_worker), engine)

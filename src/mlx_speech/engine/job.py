@@ -1,0 +1,88 @@
+"""A job: one request's work on the worker, stepped one frame at a time."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterator
+
+# Items a job's output queue carries besides its chunks.
+END = object()
+
+
+class Failure:
+    """An exception raised on the worker, carried to the consumer."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+_NOTHING = object()
+
+
+class Job:
+    """The worker-side state of one request.
+
+    ``start`` runs on the worker thread when the job is admitted and returns a
+    generator; each ``next()`` does one frame of work and yields a chunk to
+    publish or ``None``. The output queue holds one item: a job whose chunk
+    cannot be published waits (parked) without holding up the others.
+    """
+
+    def __init__(self, start: Callable[[], Iterator[Any]]):
+        self._start = start
+        self._steps: Iterator[Any] | None = None
+        self._pending: Any = _NOTHING
+        self._cancelled = threading.Event()
+        self.output: queue.Queue = queue.Queue(maxsize=1)
+        self.finished = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def runnable(self) -> bool:
+        return self.cancelled or self._pending is _NOTHING or not self.output.full()
+
+    def advance(self) -> None:
+        """Worker thread: publish what is pending, else run one step."""
+        if self.cancelled:
+            self.close()
+            return
+        if self._pending is not _NOTHING and not self._publish():
+            return
+        if self.finished:
+            return
+        try:
+            if self._steps is None:
+                self._steps = self._start()
+            item = next(self._steps)
+        except StopIteration:
+            item = END
+        except Exception as error:  # noqa: BLE001 - every failure goes to the consumer
+            item = Failure(error)
+        if item is None:
+            return
+        self._pending = item
+        self._publish()
+
+    def _publish(self) -> bool:
+        try:
+            self.output.put_nowait(self._pending)
+        except queue.Full:
+            return False
+        if self._pending is END or isinstance(self._pending, Failure):
+            self.close()
+        self._pending = _NOTHING
+        return True
+
+    def close(self) -> None:
+        """Worker thread: release the job's model state (runs its ``finally``)."""
+        self.finished = True
+        steps, self._steps = self._steps, None
+        if steps is not None and hasattr(steps, "close"):
+            steps.close()

@@ -1,0 +1,68 @@
+"""``ChunkStream``: the consumer's end of one job."""
+
+from __future__ import annotations
+
+import queue
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .job import END, Failure, Job
+
+if TYPE_CHECKING:
+    from .worker import Engine
+
+
+class ChunkStream:
+    """Iterate to receive a job's chunks as they are produced.
+
+    The job starts on the first read (lazy start). Errors raised on the
+    worker are re-raised here. ``cancel()``, leaving the iteration early via
+    ``close()``, or dropping the last reference stops the job at the next
+    frame boundary.
+    """
+
+    def __init__(self, engine: "Engine", start: Callable[[], Iterator[Any]]):
+        self._engine = engine
+        self._job = Job(start)
+        self._started = False
+        self._ended = False
+
+    def __iter__(self) -> "ChunkStream":
+        return self
+
+    def __next__(self) -> Any:
+        return self.get()
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The next chunk; ``TimeoutError`` if none comes within ``timeout``.
+
+        A timeout loses nothing: the chunk stays queued for the next call.
+        """
+        if self._ended:
+            raise StopIteration
+        if not self._started:
+            self._started = True
+            self._engine.submit(self._job)
+        try:
+            item = self._job.output.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no audio within {timeout} s") from None
+        self._engine.notify()
+        if item is END:
+            self._ended = True
+            raise StopIteration
+        if isinstance(item, Failure):
+            self._ended = True
+            raise item.error
+        return item
+
+    def cancel(self) -> None:
+        """Stop the job at its next frame boundary; further reads end."""
+        self._ended = True
+        if self._started and not self._job.finished:
+            self._job.cancel()
+            self._engine.notify()
+
+    close = cancel
+
+    def __del__(self) -> None:
+        self.cancel()

@@ -1,0 +1,95 @@
+"""The MLX worker: one thread owns every MLX call and multiplexes jobs.
+
+Since MLX 0.31.2 streams are thread-local, so arrays must be built and
+evaluated on one thread; loading runs here too. Jobs move forward one frame
+at a time in turn, so a consumer that stops reading parks only its own job.
+At most ``max_active`` jobs hold model state; the rest wait in FIFO order.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable, Iterator, TypeVar
+
+import mlx.core as mx
+
+from .job import Job
+from .stream import ChunkStream
+
+T = TypeVar("T")
+
+DEFAULT_MAX_ACTIVE_JOBS = 8
+
+
+class Engine:
+    def __init__(self, max_active: int = DEFAULT_MAX_ACTIVE_JOBS):
+        if max_active < 1:
+            raise ValueError(f"max_active must be at least 1, got {max_active}")
+        self.max_active = max_active
+        self._wakeup = threading.Condition()
+        self._waiting: deque[Job] = deque()
+        self._active: list[Job] = []
+        self._thread = threading.Thread(
+            target=self._run, name="mlx-speech-worker", daemon=True
+        )
+        self._thread.start()
+
+    def stream(self, start: Callable[[], Iterator[Any]]) -> ChunkStream:
+        """A consumer handle; the job is queued when it is first read."""
+        return ChunkStream(self, start)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the worker thread and return its result."""
+
+        def once() -> Iterator[T]:
+            yield fn()
+
+        return next(iter(self.stream(once)))
+
+    def submit(self, job: Job) -> None:
+        with self._wakeup:
+            self._waiting.append(job)
+            self._wakeup.notify()
+
+    def notify(self) -> None:
+        """A consumer freed a queue slot or cancelled: re-check the jobs."""
+        with self._wakeup:
+            self._wakeup.notify()
+
+    @property
+    def load(self) -> tuple[int, int]:
+        """(jobs holding model state, jobs waiting to start)."""
+        with self._wakeup:
+            return len(self._active), len(self._waiting)
+
+    def _next_round(self) -> list[Job]:
+        with self._wakeup:
+            while True:
+                self._active = [job for job in self._active if not job.finished]
+                while self._waiting and len(self._active) < self.max_active:
+                    self._active.append(self._waiting.popleft())
+                runnable = [job for job in self._active if job.runnable]
+                if runnable:
+                    return runnable
+                if not self._active:
+                    mx.clear_cache()  # idle: give cached buffers back to the host
+                self._wakeup.wait()
+
+    def _run(self) -> None:
+        while True:
+            for job in self._next_round():
+                job.advance()
+
+
+_shared: Engine | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_engine() -> Engine:
+    """The process-wide worker every model of this library uses."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Engine()
+        return _shared

@@ -1,0 +1,1 @@
+"""Model families: each folder holds one family's loop and service."""

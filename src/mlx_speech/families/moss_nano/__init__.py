@@ -1,0 +1,3 @@
+from .service import FAMILY, NanoService, load
+
+__all__ = ["FAMILY", "NanoService", "load"]

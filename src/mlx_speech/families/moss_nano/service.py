@@ -1,0 +1,162 @@
+"""The MOSS-TTS-Nano family: request validation and defaults (caller's thread)
+and synthesis (worker thread)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import mlx.core as mx
+import numpy as np
+from mlx_audio.codec import MossAudioTokenizer
+from mlx_audio.tts.models.moss_tts_nano import Model
+from mlx_audio.tts.models.moss_tts_nano.text import (
+    lightweight_normalize_text,
+    split_text_into_best_sentences,
+)
+from mlx_audio.tts.utils import load_model
+
+from ...audio import Audio
+from ...errors import ModelLoadError
+from ..options import SamplingOptions, parse_sampling
+from .codec import ChunkSchedule, StreamingAudioDecoder, samples_per_frame
+from .loop import FrameSampling, frames
+from .reference import is_audio_path, load_reference
+from .sampling import HeadSampler, KeySequence
+
+FAMILY = "moss_tts_nano"
+
+# mlx-audio 0.6.2's defaults for this family.
+DEFAULTS = SamplingOptions(
+    temperature=0.8, top_p=0.95, top_k=25, repetition_penalty=1.2, max_new_tokens=375
+)
+TEXT_HEAD = HeadSampler(temperature=1.0, top_k=50, top_p=1.0)
+MAX_TEXT_TOKENS_PER_SEGMENT = 75
+MAX_FRAMES_PER_SEGMENT = 4096
+
+
+@dataclass(frozen=True)
+class NanoRequest:
+    segments: list[str]
+    reference: np.ndarray | None  # [samples, channels] at the codec rate
+    sampling: FrameSampling
+    seed: int
+
+
+class NanoService:
+    name = FAMILY
+    voices: list[str] = []
+
+    def __init__(self, model: Model, codec: MossAudioTokenizer):
+        self._model = model
+        self._codec = codec
+        self.sample_rate = int(codec.sample_rate)
+        self.samples_per_frame = samples_per_frame(codec)
+
+    # Caller's thread: nothing here touches MLX.
+    def prepare(
+        self, text: Any, voice: Any = None, ref_text: Any = None, **sampling: Any
+    ) -> NanoRequest:
+        del ref_text  # cloning uses the audio alone
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text must be a non-empty string")
+        options = parse_sampling(sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
+        segments = split_text_into_best_sentences(
+            self._model.tokenizer,
+            lightweight_normalize_text(text),
+            max_tokens=MAX_TEXT_TOKENS_PER_SEGMENT,
+        )
+        return NanoRequest(
+            segments=segments,
+            reference=self._reference(voice),
+            sampling=_frame_sampling(options),
+            seed=options.seed,
+        )
+
+    def _reference(self, voice: Any) -> np.ndarray | None:
+        if voice is None or voice == "default":
+            return None
+        if isinstance(voice, str) and not is_audio_path(voice):
+            raise ValueError(
+                f"unknown voice {voice!r}: MOSS-TTS-Nano has no preset voices; pass "
+                "'default', a path to an audio file, audio bytes or (samples, sample_rate)"
+            )
+        return load_reference(
+            voice,
+            sample_rate=self.sample_rate,
+            channels=self._codec.channels,
+            samples_per_frame=self.samples_per_frame,
+        )
+
+    # Worker thread.
+    def synthesize(self, request: NanoRequest) -> Iterator[Audio | None]:
+        """One step per frame: ``None`` while gathering a chunk, then the chunk."""
+        keys = KeySequence(request.seed)
+        n_vq = self._model.config.n_vq
+        reference_codes = None
+        if request.reference is not None:
+            reference_codes = self._codec.encode_audio(
+                request.reference, sample_rate=self.sample_rate, num_quantizers=n_vq
+            )
+        decoder = StreamingAudioDecoder(self._codec, n_vq)
+        schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
+        gathered: list[mx.array] = []
+        for segment in request.segments:
+            prompt = self._prompt(segment, reference_codes)
+            for frame in frames(self._model, prompt, request.sampling, keys):
+                schedule.frame_done()
+                gathered.append(frame)
+                if len(gathered) < schedule.frames_for_next_chunk():
+                    yield None
+                    continue
+                yield self._chunk(decoder, gathered, schedule)
+                gathered = []
+        if gathered:
+            yield self._chunk(decoder, gathered, schedule)
+
+    def _prompt(self, segment: str, reference_codes: mx.array | None) -> mx.array:
+        input_ids, _ = self._model.build_inference_input_ids(
+            text=segment,
+            tokenizer=self._model.tokenizer,
+            mode="continuation" if reference_codes is None else "voice_clone",
+            prompt_audio_codes=reference_codes,
+        )
+        return input_ids
+
+    def _chunk(
+        self,
+        decoder: StreamingAudioDecoder,
+        gathered: list[mx.array],
+        schedule: ChunkSchedule,
+    ) -> Audio:
+        samples = decoder.decode(gathered)
+        schedule.chunk_done(len(gathered))
+        return Audio(samples, self.sample_rate)
+
+
+def _frame_sampling(options: SamplingOptions) -> FrameSampling:
+    greedy = options.temperature == 0
+    return FrameSampling(
+        text=HeadSampler(0.0, 0, 1.0) if greedy else TEXT_HEAD,
+        audio=HeadSampler(options.temperature, options.top_k, options.top_p),
+        repetition_penalty=options.repetition_penalty,
+        max_frames=options.max_new_tokens,
+    )
+
+
+def load(model_dir: Path) -> NanoService:
+    """Worker thread: the model with mlx-audio's loader, then its codec."""
+    model = load_model(model_dir)
+    if model.tokenizer is None:
+        raise ModelLoadError(f"{model_dir} has no tokenizer.model")
+    fallback = model.config.audio_tokenizer_pretrained_name_or_path
+    try:
+        codec = MossAudioTokenizer.from_model_dir(model_dir, fallback_source=fallback)
+    except Exception as error:
+        raise ModelLoadError(
+            f"could not load the audio codec: no audio_tokenizer/ in {model_dir} and "
+            f"fetching {fallback or 'the default codec'} failed ({error})"
+        ) from error
+    model.audio_tokenizer = codec
+    return NanoService(model, codec)

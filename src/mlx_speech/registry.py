@@ -1,0 +1,54 @@
+"""Which family serves a checkpoint: read from its ``config.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from .errors import ModelLoadError
+from .families import moss_nano
+
+# model_type in config.json → the family's loader (runs on the worker).
+FAMILIES: dict[str, Callable[[Path], object]] = {
+    moss_nano.FAMILY: moss_nano.load,
+}
+
+
+def resolve_model_dir(model: str | Path) -> Path:
+    """A local checkpoint directory, or a hub id fetched with huggingface_hub."""
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{model} is a file; pass the checkpoint directory")
+        return path.resolve()
+    text = str(model)
+    if isinstance(model, Path) or text.startswith(("/", ".", "~")) or text.count("/") != 1:
+        raise ModelLoadError(f"model directory not found: {text}")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(text))
+    except Exception as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ModelLoadError(
+            f"could not fetch {text!r} from the Hugging Face hub ({reason}); "
+            "offline, pass a local directory that holds the checkpoint"
+        ) from error
+
+
+def family_loader(model_dir: Path) -> Callable[[Path], object]:
+    config_path = model_dir / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        raise ModelLoadError(f"{model_dir} has no config.json; is it a checkpoint?") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"cannot read {config_path}: {error}") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in FAMILIES:
+        supported = ", ".join(sorted(FAMILIES))
+        raise ModelLoadError(
+            f"unsupported model_type {model_type!r} in {config_path}; supported: {supported}"
+        )
+    return FAMILIES[model_type]

@@ -1,0 +1,47 @@
+"""``TTS``: a loaded model, speaking from any thread through the shared worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .audio import Audio
+from .engine import ChunkStream, Engine
+
+
+class TTS:
+    def __init__(self, service: Any, engine: Engine):
+        self._service = service
+        self._engine = engine
+
+    @property
+    def family(self) -> str:
+        return self._service.name
+
+    @property
+    def sample_rate(self) -> int:
+        return self._service.sample_rate
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self._service.voices)
+
+    def stream(
+        self, text: str, voice: Any = None, ref_text: str | None = None, **sampling: Any
+    ) -> ChunkStream:
+        """Audio chunks as they are produced; the first is a single codec frame.
+
+        The request is validated here (``ValueError``); generation starts on the
+        first read. ``cancel()`` or dropping the iterator stops it.
+        """
+        request = self._service.prepare(text, voice=voice, ref_text=ref_text, **sampling)
+        return self._engine.stream(lambda: self._service.synthesize(request))
+
+    def speak(
+        self, text: str, voice: Any = None, ref_text: str | None = None, **sampling: Any
+    ) -> Audio:
+        """The whole utterance at once."""
+        chunks = [chunk.samples for chunk in self.stream(text, voice, ref_text, **sampling)]
+        samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+        return Audio(samples, self.sample_rate)

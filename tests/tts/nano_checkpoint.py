@@ -1,0 +1,187 @@
+"""Random-weight MOSS-TTS-Nano checkpoints in the real on-disk layout.
+
+config.json + model.safetensors + a sentencepiece tokenizer.model trained here,
+and audio_tokenizer/{config.json,model.safetensors}, all instantiated from
+mlx-audio's own classes. The text head is biased through the local
+transformer's final LayerNorm so the "continue" margin is controlled:
+``stop_bias`` large speaks to the frame budget, small stops by itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import sentencepiece as spm
+from mlx.utils import tree_flatten, tree_map
+from mlx_audio.codec.models.moss_audio_tokenizer import (
+    AudioTokenizerConfig,
+    MossAudioTokenizer,
+)
+from mlx_audio.tts.models.moss_tts_nano import Model, ModelConfig
+
+CORPUS = [
+    "Hello there, this is a small test of the speech model.",
+    "The quick brown fox jumps over the lazy dog.",
+    "A longer text. With two sentences, and a clause or two!",
+    "Numbers like one, two, three and four are spoken clearly.",
+    "Streaming audio arrives before the whole utterance is done.",
+    "Voice cloning copies the timbre of a short reference clip.",
+    "Reference Instruction Tokens Quality Sound Event Ambient Language Text None",
+    "user assistant inst",
+    "今天天气很好，我们去公园散步吧。",
+    "你好，欢迎使用语音合成服务。这是第二句话！",
+    "机器学习模型可以把文字变成声音。",
+]
+SPECIAL_PIECES = ["<pad>", "<|im_start|>", "<|im_end|>", "<|audio_start|>",
+                  "<|audio_end|>", "<|audio_user_slot|>", "<|audio_assistant_slot|>"]
+
+
+@dataclass(frozen=True)
+class NanoSize:
+    width: int = 32
+    layers: int = 2
+    heads: int = 2
+    inner: int = 64
+    text_vocab: int = 256
+    n_vq: int = 4
+    codebook: int = 64
+    codec_width: int = 16
+    samples_per_frame: int = 960  # per channel at 48 kHz
+
+
+TINY = NanoSize()
+
+
+def _train_tokenizer(directory: Path, vocab: int) -> None:
+    corpus = directory / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS * 4) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(directory / "tokenizer"),
+        vocab_size=vocab,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        model_type="bpe",
+        user_defined_symbols=SPECIAL_PIECES,
+        minloglevel=2,
+    )
+    corpus.unlink()
+    (directory / "tokenizer.vocab").unlink()
+
+
+def _model_config(size: NanoSize) -> dict:
+    return {
+        "model_type": "moss_tts_nano",
+        "gpt2_config": {
+            "n_embd": size.width, "n_layer": size.layers, "n_head": size.heads,
+            "n_inner": size.inner, "vocab_size": size.text_vocab,
+            "n_positions": 4096, "n_ctx": 4096, "position_embedding_type": "rope",
+        },
+        "n_vq": size.n_vq,
+        "audio_vocab_size": size.codebook,
+        "audio_codebook_sizes": [size.codebook] * size.n_vq,
+        "audio_pad_token_id": size.codebook,
+        "pad_token_id": 3, "im_start_token_id": 4, "im_end_token_id": 5,
+        "audio_start_token_id": 6, "audio_end_token_id": 7,
+        "audio_user_slot_token_id": 8, "audio_assistant_slot_token_id": 9,
+        "audio_tokenizer_sample_rate": 48000,
+        "local_transformer_layers": 1,
+        "hidden_size": size.width,
+        "vocab_size": size.text_vocab,
+    }
+
+
+def _codec_config(size: NanoSize) -> dict:
+    """Stereo, channel-interleaved, causal transformers between patch stages."""
+    d = size.codec_width
+    last_patch = size.samples_per_frame  # 2 channels × hop ÷ the patch-2 stage
+
+    def transformer(inputs: int, outputs: int) -> dict:
+        return {
+            "module_type": "Transformer", "input_dimension": inputs,
+            "output_dimension": outputs, "d_model": d, "num_heads": 2,
+            "num_layers": 1, "dim_feedforward": 2 * d, "causal": True,
+            "norm": "layer_norm", "positional_embedding": "rope",
+            "max_period": 10000, "layer_scale": 0.1, "conv_layout": True,
+            "gating": "none",
+        }
+
+    return {
+        "sampling_rate": 48000, "sample_rate": 48000,
+        "downsample_rate": size.samples_per_frame,
+        "causal_transformer_context_duration": 10.0,
+        "number_channels": 2, "enable_channel_interleave": True,
+        "encoder_kwargs": [
+            {"module_type": "PatchedPretransform", "patch_size": last_patch},
+            transformer(last_patch, d // 2),
+            {"module_type": "PatchedPretransform", "patch_size": 2},
+            transformer(d, d),
+        ],
+        "decoder_kwargs": [
+            transformer(d, d),
+            {"module_type": "PatchedPretransform", "patch_size": 2},
+            transformer(d // 2, last_patch),
+            {"module_type": "PatchedPretransform", "patch_size": last_patch},
+        ],
+        "quantizer_type": "rlfq",
+        "quantizer_kwargs": {
+            "input_dim": d, "rvq_dim": d, "output_dim": d,
+            "num_quantizers": size.n_vq, "codebook_size": size.codebook,
+            "codebook_dim": 4, "quantizer_type": "rlfq",
+        },
+    }
+
+
+def _bias_text_head(model: Model, continue_bias: float, margin_scale: float) -> None:
+    """Make "continue" win by ``continue_bias`` standard deviations per frame."""
+    config = model.config
+    width = config.gpt2_config.n_embd
+    direction = mx.random.normal((width,))
+    direction = direction / mx.linalg.norm(direction)
+    model.local_transformer.ln_f.bias = continue_bias * direction
+    wte = model.transformer.wte.weight
+    wte[config.audio_assistant_slot_token_id] = margin_scale * direction
+    wte[config.audio_end_token_id] = -margin_scale * direction
+    model.transformer.wte.weight = wte
+    for embedding in model.audio_embeddings:  # keep audio logits free of the bias
+        weight = embedding.weight
+        embedding.weight = weight - (weight @ direction)[:, None] * direction[None, :]
+
+
+def _save(module, path: Path) -> None:
+    weights = dict(tree_flatten(module.parameters()))
+    mx.save_safetensors(str(path), weights)
+
+
+def build_nano_checkpoint(
+    directory: Path,
+    *,
+    size: NanoSize = TINY,
+    continue_bias: float = 8.0,
+    seed: int = 0,
+) -> Path:
+    directory = Path(directory)
+    (directory / "audio_tokenizer").mkdir(parents=True, exist_ok=True)
+    mx.random.seed(seed)
+
+    config = _model_config(size)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    model = Model(ModelConfig.from_dict(config))
+    _bias_text_head(model, continue_bias, margin_scale=4.0)
+    _save(model, directory / "model.safetensors")
+    _train_tokenizer(directory, vocab=size.text_vocab - 16)
+
+    codec_config = _codec_config(size)
+    (directory / "audio_tokenizer" / "config.json").write_text(
+        json.dumps(codec_config, indent=2)
+    )
+    codec = MossAudioTokenizer(AudioTokenizerConfig.from_dict(codec_config))
+    # Weight-norm directions start at zero in the class; give them values.
+    codec.update(
+        tree_map(lambda p: mx.random.normal(p.shape) * 0.3, codec.parameters())
+    )
+    _save(codec, directory / "audio_tokenizer" / "model.safetensors")
+    return directory
