@@ -3,8 +3,9 @@
 config.json + model.safetensors + a sentencepiece tokenizer.model trained here,
 and audio_tokenizer/{config.json,model.safetensors}, all instantiated from
 mlx-audio's own classes. The text head is biased through the local
-transformer's final LayerNorm so the "continue" margin is controlled:
-``stop_bias`` large speaks to the frame budget, small stops by itself.
+transformer's final LayerNorm: by default "continue" always wins, so the
+model speaks to the frame budget; ``stops=True`` calibrates a narrow margin
+so that sampled runs stop by themselves after a varying number of frames.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 import sentencepiece as spm
 from mlx.utils import tree_flatten, tree_map
 from mlx_audio.codec.models.moss_audio_tokenizer import (
@@ -21,6 +23,7 @@ from mlx_audio.codec.models.moss_audio_tokenizer import (
     MossAudioTokenizer,
 )
 from mlx_audio.tts.models.moss_tts_nano import Model, ModelConfig
+from mlx_audio.tts.models.moss_tts_nano.text import load_tokenizer
 
 CORPUS = [
     "Hello there, this is a small test of the speech model.",
@@ -135,20 +138,70 @@ def _codec_config(size: NanoSize) -> dict:
     }
 
 
-def _bias_text_head(model: Model, continue_bias: float, margin_scale: float) -> None:
-    """Make "continue" win by ``continue_bias`` standard deviations per frame."""
+CALIBRATION_TEXT = "Hello there."
+SPEAKING = (4.0, 8.0)  # (margin scale, bias): "continue" wins by a wide margin
+STOPPING_MARGIN_SCALE = 0.5
+STOPPING_TYPICAL_MARGIN = 2.5  # logits; P(stop) ≈ 8% per frame when sampling
+
+
+def _text_head_direction(model: Model, margin_scale: float) -> mx.array:
+    """Tie the two candidate logits to one direction of the local hidden state.
+
+    continue − stop = 2·margin_scale·(hidden · direction); the audio heads are
+    made blind to that direction so moving the bias leaves the codes alone.
+    """
     config = model.config
-    width = config.gpt2_config.n_embd
-    direction = mx.random.normal((width,))
+    direction = mx.random.normal((config.gpt2_config.n_embd,))
     direction = direction / mx.linalg.norm(direction)
-    model.local_transformer.ln_f.bias = continue_bias * direction
     wte = model.transformer.wte.weight
     wte[config.audio_assistant_slot_token_id] = margin_scale * direction
     wte[config.audio_end_token_id] = -margin_scale * direction
     model.transformer.wte.weight = wte
-    for embedding in model.audio_embeddings:  # keep audio logits free of the bias
+    for embedding in model.audio_embeddings:
         weight = embedding.weight
         embedding.weight = weight - (weight @ direction)[:, None] * direction[None, :]
+    return direction
+
+
+class _ProjectionRecorder:
+    """Stands in for the local transformer; records the text-head projection."""
+
+    def __init__(self, local_transformer, direction: mx.array):
+        self.inner = local_transformer
+        self._direction = direction
+        self.projections: list[float] = []
+
+    def __call__(self, *, inputs_embeds: mx.array) -> mx.array:
+        out = self.inner(inputs_embeds=inputs_embeds)
+        if inputs_embeds.shape[1] == 1:
+            self.projections.append((out[0, -1] @ self._direction).item())
+        return out
+
+
+def _stopping_bias(model: Model, direction: mx.array) -> float:
+    """A bias giving a typical continue margin of STOPPING_TYPICAL_MARGIN.
+
+    Measured on a forced run of CALIBRATION_TEXT (frame 0 aside: its hidden
+    state comes from the prompt, not from a generated row).
+    """
+    from mlx_speech.families.moss_nano.loop import FrameSampling, frames
+    from mlx_speech.families.moss_nano.sampling import HeadSampler, KeySequence
+
+    recorder = _ProjectionRecorder(model.local_transformer, direction)
+    model.local_transformer = recorder
+    always_continue = lambda logits, keys: mx.zeros((1,), dtype=mx.int32)  # noqa: E731
+    sampling = FrameSampling(
+        text=always_continue, audio=HeadSampler(0.8, 25, 0.95),
+        repetition_penalty=1.2, max_frames=32,
+    )
+    prompt, _ = model.build_inference_input_ids(
+        text=CALIBRATION_TEXT, tokenizer=model.tokenizer, mode="continuation"
+    )
+    for _ in frames(model, prompt, sampling, KeySequence(0)):
+        pass
+    model.local_transformer = recorder.inner
+    typical = float(np.median(recorder.projections[1:]))
+    return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 
 
 def _save(module, path: Path) -> None:
@@ -160,7 +213,7 @@ def build_nano_checkpoint(
     directory: Path,
     *,
     size: NanoSize = TINY,
-    continue_bias: float = 8.0,
+    stops: bool = False,
     seed: int = 0,
 ) -> Path:
     directory = Path(directory)
@@ -169,10 +222,17 @@ def build_nano_checkpoint(
 
     config = _model_config(size)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
-    model = Model(ModelConfig.from_dict(config))
-    _bias_text_head(model, continue_bias, margin_scale=4.0)
-    _save(model, directory / "model.safetensors")
     _train_tokenizer(directory, vocab=size.text_vocab - 16)
+    model = Model(ModelConfig.from_dict(config))
+    model.tokenizer = load_tokenizer(directory)
+    if stops:
+        direction = _text_head_direction(model, STOPPING_MARGIN_SCALE)
+        bias = _stopping_bias(model, direction)
+    else:
+        margin_scale, bias = SPEAKING
+        direction = _text_head_direction(model, margin_scale)
+    model.local_transformer.ln_f.bias = bias * direction
+    _save(model, directory / "model.safetensors")
 
     codec_config = _codec_config(size)
     (directory / "audio_tokenizer" / "config.json").write_text(

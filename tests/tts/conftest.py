@@ -1,0 +1,53 @@
+"""Session fixtures: tiny random MOSS-TTS-Nano checkpoints built once, loaded
+through the real registry and worker, and mlx-audio's reference model."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import mlx_speech  # noqa: E402
+from nano_checkpoint import build_nano_checkpoint  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def speaking_dir(tmp_path_factory) -> Path:
+    """Speaks until the frame budget."""
+    return build_nano_checkpoint(tmp_path_factory.mktemp("nano-speaking"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def stopping_dir(tmp_path_factory) -> Path:
+    """Stops by itself after a varying number of frames when sampling."""
+    return build_nano_checkpoint(
+        tmp_path_factory.mktemp("nano-stopping"), stops=True, seed=0
+    )
+
+
+@pytest.fixture(scope="session")
+def speaking_tts(speaking_dir) -> mlx_speech.TTS:
+    return mlx_speech.load(speaking_dir)
+
+
+@pytest.fixture(scope="session")
+def stopping_tts(stopping_dir) -> mlx_speech.TTS:
+    return mlx_speech.load(stopping_dir)
+
+
+@pytest.fixture(scope="session")
+def reference_clip(tmp_path_factory) -> Path:
+    """1.3 s of stereo 44.1 kHz audio: exercises resampling and channel handling."""
+    rate = 44100
+    t = np.arange(int(1.3 * rate)) / rate
+    rng = np.random.default_rng(0)
+    left = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(t.size)
+    right = 0.3 * np.sin(2 * np.pi * 330 * t) + 0.05 * rng.standard_normal(t.size)
+    path = tmp_path_factory.mktemp("clips") / "reference.wav"
+    soundfile.write(path, np.stack([left, right], axis=1), rate, subtype="PCM_16")
+    return path

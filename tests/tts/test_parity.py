@@ -1,0 +1,109 @@
+"""Our loop and audio match mlx-audio 0.6.2 on the same weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_audio.tts.utils import load_model
+
+from mlx_speech.families.moss_nano.loop import FrameSampling, frames
+from mlx_speech.families.moss_nano.sampling import HeadSampler, KeySequence
+from mlx_speech.families.moss_nano.service import TEXT_HEAD
+
+MULTI_SEGMENT = (
+    "The first sentence is here. The second one follows it, and then a third "
+    "sentence arrives with a few more words. Finally the fourth sentence ends it."
+)
+CJK = "你好，欢迎使用语音合成服务。这是第二句话！"
+
+
+@pytest.fixture(scope="module")
+def reference(speaking_dir):
+    return load_model(Path(speaking_dir))
+
+
+def _reference_audio(model, text, *, seed=None, ref_audio=None, max_tokens=40):
+    kwargs = {"do_sample": False} if seed is None else {}
+    if seed is not None:
+        mx.random.seed(seed)
+    mode = "continuation" if ref_audio is None else "voice_clone"
+    result = next(
+        model.generate(text, ref_audio=ref_audio, mode=mode, max_tokens=max_tokens, **kwargs)
+    )
+    return np.asarray(result.audio, dtype=np.float32).mean(axis=1)
+
+
+def _our_codes(model, prompt, *, greedy, seed, max_frames):
+    sampling = FrameSampling(
+        text=HeadSampler(0.0, 0, 1.0) if greedy else TEXT_HEAD,
+        audio=HeadSampler(0.0 if greedy else 0.8, 25, 0.95),
+        repetition_penalty=1.2,
+        max_frames=max_frames,
+    )
+    found = list(frames(model, prompt, sampling, KeySequence(seed)))
+    return np.stack([np.asarray(f) for f in found]) if found else np.zeros((0, 4))
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "seeded"])
+def test_codes_equal_generate_audio_token_ids(reference, greedy):
+    prompt, _ = reference.build_inference_input_ids(
+        text="Hello there, how are you?", tokenizer=reference.tokenizer, mode="continuation"
+    )
+    ours = _our_codes(reference, prompt, greedy=greedy, seed=11, max_frames=30)
+    mx.random.seed(11)
+    theirs = reference.generate_audio_token_ids(
+        prompt_input_ids=prompt, max_new_frames=30, do_sample=not greedy
+    )
+    np.testing.assert_array_equal(ours, np.asarray(theirs[0]))
+    assert ours.shape == (30, 4)
+
+
+@pytest.mark.parametrize(
+    "text", ["Hello there.", MULTI_SEGMENT, CJK], ids=["short", "multi-segment", "cjk"]
+)
+def test_greedy_continuation_audio_equals_generate(speaking_tts, reference, text):
+    ours = speaking_tts.speak(text, temperature=0, max_new_tokens=40).samples
+    theirs = _reference_audio(reference, text)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_multi_segment_text_is_split_like_mlx_audio(speaking_tts):
+    request = speaking_tts._service.prepare(MULTI_SEGMENT)
+    assert len(request.segments) > 1
+
+
+def test_greedy_clone_audio_equals_generate(speaking_tts, reference, reference_clip):
+    ours = speaking_tts.speak(
+        MULTI_SEGMENT, voice=str(reference_clip), temperature=0, max_new_tokens=30
+    ).samples
+    theirs = _reference_audio(reference, MULTI_SEGMENT, ref_audio=str(reference_clip), max_tokens=30)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+@pytest.mark.parametrize("voice", ["default", "clone"])
+def test_seeded_sampling_audio_equals_generate(speaking_tts, reference, reference_clip, voice):
+    ref_audio = None if voice == "default" else str(reference_clip)
+    ours = speaking_tts.speak(CJK, voice=ref_audio, seed=1234, max_new_tokens=25).samples
+    theirs = _reference_audio(reference, CJK, seed=1234, ref_audio=ref_audio, max_tokens=25)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_self_stopping_model_matches_generate_for_every_seed(stopping_tts, stopping_dir):
+    """Equal lengths also show the stop gate: mlx-audio never decodes the
+    frame whose text token was audio-end, and neither do we."""
+    reference = load_model(Path(stopping_dir))
+    frame = stopping_tts._service.samples_per_frame
+    lengths = []
+    for seed in range(8):
+        ours = stopping_tts.speak("Hello there.", seed=seed, max_new_tokens=60).samples
+        theirs = _reference_audio(reference, "Hello there.", seed=seed, max_tokens=60)
+        assert ours.shape == theirs.shape, f"seed {seed}"
+        np.testing.assert_allclose(ours, theirs, atol=1e-4)
+        lengths.append(len(ours) // frame)
+    assert any(0 < n < 60 for n in lengths), lengths  # stopped by itself mid-utterance

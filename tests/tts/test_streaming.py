@@ -1,0 +1,161 @@
+"""Streaming through the real worker: chunking, timing, isolation, cancellation."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_speech
+from mlx_speech.engine import shared_engine
+from mlx_speech.pcm import to_pcm16
+
+TEXT = "A longer text. With two sentences, and a third clause."
+
+
+def _wait_until_idle(timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while shared_engine().load != (0, 0):
+        assert time.monotonic() < deadline, f"worker still busy: {shared_engine().load}"
+        time.sleep(0.01)
+
+
+def test_concatenated_chunks_equal_buffered_audio(speaking_tts):
+    chunks = list(speaking_tts.stream(TEXT, seed=3, max_new_tokens=50))
+    buffered = speaking_tts.speak(TEXT, seed=3, max_new_tokens=50)
+    streamed = np.concatenate([c.samples for c in chunks])
+    assert len(chunks) > 2
+    assert all(c.sample_rate == 48000 and c.samples.dtype == np.float32 for c in chunks)
+    difference = to_pcm16(streamed).astype(int) - to_pcm16(buffered.samples).astype(int)
+    assert np.abs(difference).max() <= 4
+
+
+def test_output_is_48k_mono_float32(speaking_tts):
+    audio = speaking_tts.speak("Hello there.", temperature=0, max_new_tokens=10)
+    assert audio.sample_rate == speaking_tts.sample_rate == 48000
+    assert audio.samples.ndim == 1 and audio.samples.dtype == np.float32
+    assert len(audio.samples) == 10 * speaking_tts._service.samples_per_frame
+
+
+class _SlowGlobalStep:
+    """Wraps the global transformer: each step takes at least 50 ms more and
+    its finish time is recorded."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.finished: list[float] = []
+
+    def __call__(self, **kwargs):
+        out = self.inner(**kwargs)
+        mx.eval(out)
+        time.sleep(0.05)
+        self.finished.append(time.perf_counter())
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_first_chunk_is_one_frame_and_arrives_before_the_second_frame(speaking_dir):
+    tts = mlx_speech.load(speaking_dir)
+    model = tts._service._model
+    slow = _SlowGlobalStep(model.transformer)
+    model.transformer = slow
+    stream = tts.stream("Hello there.", temperature=0, max_new_tokens=5)
+    first = next(stream)
+    received = time.perf_counter()
+    rest = list(stream)
+    assert len(first.samples) == tts._service.samples_per_frame
+    # call 0 is the prefill that yields frame 1; call 1 starts frame 2.
+    assert received < slow.finished[1]
+    assert sum(len(c.samples) for c in rest) == 4 * tts._service.samples_per_frame
+
+
+def test_first_chunk_arrives_early_in_a_40_frame_utterance(speaking_tts):
+    started = time.perf_counter()
+    stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=40)
+    next(stream)
+    first = time.perf_counter() - started
+    list(stream)
+    total = time.perf_counter() - started
+    assert first < total / 5
+
+
+def test_consecutive_requests_do_not_share_state(speaking_tts, reference_clip):
+    first = speaking_tts.speak(TEXT, seed=9, max_new_tokens=30).samples
+    speaking_tts.speak("Something else entirely.", voice=str(reference_clip), seed=1, max_new_tokens=20)
+    again = speaking_tts.speak(TEXT, seed=9, max_new_tokens=30).samples
+    np.testing.assert_array_equal(first, again)
+
+
+def test_cancelled_stream_frees_the_worker_for_the_next_job(speaking_tts):
+    stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
+    next(stream)
+    stream.cancel()
+    _wait_until_idle()
+    with pytest.raises(StopIteration):
+        next(stream)
+    audio = speaking_tts.speak("Hello there.", temperature=0, max_new_tokens=5)
+    assert len(audio.samples) == 5 * speaking_tts._service.samples_per_frame
+
+
+def test_abandoned_stream_cancels_itself_when_collected(speaking_tts):
+    stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
+    next(stream)
+    del stream
+    gc.collect()
+    _wait_until_idle()
+
+
+def test_unread_stream_never_starts(speaking_tts):
+    stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
+    time.sleep(0.1)
+    assert shared_engine().load == (0, 0)
+    del stream
+
+
+def test_stalled_consumer_does_not_delay_another_job(speaking_tts):
+    stalled = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
+    next(stalled)  # then never read again
+    result: dict = {}
+
+    def other():
+        result["audio"] = speaking_tts.speak(TEXT, temperature=0, max_new_tokens=60)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the second job was held up by the stalled stream"
+    assert len(result["audio"].samples) > 0
+    assert shared_engine().load == (1, 0)  # the stalled job keeps its state, parked
+    stalled.cancel()
+    _wait_until_idle()
+
+
+def test_requests_from_many_threads(speaking_tts):
+    expected = speaking_tts.speak("Hello there.", seed=5, max_new_tokens=12).samples
+    results = [None] * 4
+
+    def speak(index):
+        results[index] = speaking_tts.speak("Hello there.", seed=5, max_new_tokens=12).samples
+
+    threads = [threading.Thread(target=speak, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for samples in results:
+        np.testing.assert_array_equal(samples, expected)
+
+
+def test_requests_leave_the_host_random_state_alone(speaking_tts):
+    mx.random.seed(123)
+    expected = mx.random.uniform(shape=(4,))
+    mx.random.seed(123)
+    speaking_tts.speak("Hello there.", seed=7, max_new_tokens=5)
+    speaking_tts.speak("Hello there.", max_new_tokens=5)
+    assert mx.array_equal(mx.random.uniform(shape=(4,)), expected)
