@@ -8,6 +8,7 @@ At most ``max_active`` jobs hold model state; the rest wait in FIFO order.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections import deque
 from typing import Any, Callable, Iterator, TypeVar
@@ -30,10 +31,13 @@ class Engine:
         self._wakeup = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
+        self._closing = False
+        self._parked = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="mlx-speech-worker", daemon=True
         )
         self._thread.start()
+        atexit.register(self.shutdown)
 
     def stream(self, start: Callable[[], Iterator[Any]]) -> ChunkStream:
         """A consumer handle; the job is queued when it is first read."""
@@ -49,6 +53,8 @@ class Engine:
 
     def submit(self, job: Job) -> None:
         with self._wakeup:
+            if self._closing:
+                raise RuntimeError("the mlx-speech worker has shut down")
             self._waiting.append(job)
             self._wakeup.notify()
 
@@ -61,11 +67,27 @@ class Engine:
     def load(self) -> tuple[int, int]:
         """(jobs holding model state, jobs waiting to start)."""
         with self._wakeup:
-            return len(self._active), len(self._waiting)
+            holding = sum(not job.finished for job in self._active)
+            return holding, len(self._waiting)
 
-    def _next_round(self) -> list[Job]:
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel every job, release their state and park the worker for good."""
+        with self._wakeup:
+            self._closing = True
+            for job in [*self._active, *self._waiting]:
+                job.cancel()
+            self._wakeup.notify()
+        self._parked.wait(timeout)
+
+    def _next_round(self) -> list[Job] | None:
         with self._wakeup:
             while True:
+                if self._closing:
+                    for job in self._active:
+                        job.close()
+                    self._active.clear()
+                    self._waiting.clear()
+                    return None
                 self._active = [job for job in self._active if not job.finished]
                 while self._waiting and len(self._active) < self.max_active:
                     self._active.append(self._waiting.popleft())
@@ -77,9 +99,15 @@ class Engine:
                 self._wakeup.wait()
 
     def _run(self) -> None:
-        while True:
-            for job in self._next_round():
+        while (runnable := self._next_round()) is not None:
+            for job in runnable:
                 job.advance()
+        mx.clear_cache()
+        self._parked.set()
+        # Never return: a thread that used MLX runs MLX's thread-exit hooks,
+        # which take the GIL and abort the process if Python is finalizing.
+        # Blocked here, the thread simply ends with the process.
+        threading.Event().wait()
 
 
 _shared: Engine | None = None

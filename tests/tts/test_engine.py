@@ -1,0 +1,108 @@
+"""The worker on its own, with plain generator jobs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mlx_speech.engine import Engine
+
+
+def _counting(name, log, steps=3):
+    def start():
+        log.append(f"{name} start")
+        for index in range(steps):
+            yield f"{name}{index}"
+        log.append(f"{name} end")
+
+    return start
+
+
+def test_jobs_run_on_the_worker_thread():
+    engine = Engine()
+    assert engine.call(lambda: threading.current_thread().name) == "mlx-speech-worker"
+
+
+def test_jobs_beyond_the_bound_wait_in_fifo_order():
+    engine = Engine(max_active=2)
+    log: list[str] = []
+    streams = [engine.stream(_counting(name, log)) for name in "abc"]
+    assert next(streams[0]) == "a0" and next(streams[1]) == "b0"
+    with pytest.raises(TimeoutError):
+        streams[2].get(timeout=0.1)  # c waits for a slot
+    assert "c start" not in log and engine.load == (2, 1)
+    assert list(streams[0]) == ["a1", "a2"]
+    assert next(streams[2]) == "c0"
+    assert list(streams[1]) == ["b1", "b2"] and list(streams[2]) == ["c1", "c2"]
+
+
+def test_a_job_never_runs_more_than_one_chunk_ahead_of_its_reader():
+    engine = Engine()
+    produced: list[int] = []
+
+    def start():
+        for index in range(100):
+            produced.append(index)
+            yield index
+
+    stream = engine.stream(start)
+    assert next(stream) == 0
+    time.sleep(0.1)
+    assert len(produced) <= 3  # one taken, one queued, one waiting to be queued
+    stream.cancel()
+
+
+def test_errors_reach_the_consumer():
+    engine = Engine()
+
+    def start():
+        yield "fine"
+        raise ValueError("broken on the worker")
+
+    stream = engine.stream(start)
+    assert next(stream) == "fine"
+    with pytest.raises(ValueError, match="broken on the worker"):
+        next(stream)
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+def test_a_timed_out_read_loses_nothing():
+    engine = Engine()
+    release = threading.Event()
+
+    def start():
+        release.wait()
+        yield "final"
+
+    stream = engine.stream(start)
+    with pytest.raises(TimeoutError):
+        stream.get(timeout=0.05)
+    release.set()
+    assert stream.get(timeout=5) == "final"
+    with pytest.raises(StopIteration):
+        stream.get(timeout=5)
+
+
+def test_cancel_runs_the_jobs_cleanup_on_the_worker():
+    engine = Engine()
+    cleaned: list[str] = []
+
+    def start():
+        try:
+            while True:
+                yield None  # working, nothing to publish yet
+        finally:
+            cleaned.append(threading.current_thread().name)
+
+    stream = engine.stream(start)
+    with pytest.raises(TimeoutError):
+        stream.get(timeout=0.05)
+    stream.cancel()
+    deadline = time.monotonic() + 5
+    while not cleaned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cleaned == ["mlx-speech-worker"]
+    assert engine.load == (0, 0)

@@ -1,0 +1,124 @@
+"""Every rejected input: a ValueError or ModelLoadError that says what to fix,
+raised on the caller's thread before anything is queued."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import soundfile
+
+import mlx_speech
+from mlx_speech.engine import shared_engine
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"text": ""}, "text must be a non-empty string"),
+        ({"text": "   "}, "text must be a non-empty string"),
+        ({"text": 42}, "text must be a non-empty string"),
+        ({"temperature": -0.1}, r"temperature must be >= 0 \(0 is greedy\)"),
+        ({"temperature": float("nan")}, "temperature must be a finite number"),
+        ({"temperature": "hot"}, "temperature must be a finite number"),
+        ({"top_p": 0}, r"top_p must be in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"top_k": -1}, r"top_k must be >= 0"),
+        ({"top_k": 2.5}, "top_k must be an integer"),
+        ({"repetition_penalty": 0}, "repetition_penalty must be > 0"),
+        ({"max_new_tokens": 0}, r"max_new_tokens must be in 1\.\.4096"),
+        ({"max_new_tokens": True}, "max_new_tokens must be an integer"),
+        ({"seed": -1}, r"seed must be in 0\.\."),
+        ({"seed": 2**63}, r"seed must be in 0\.\."),
+        ({"speed": 1.0}, "unknown option speed; allowed: temperature, top_p, top_k"),
+        ({"voice": "alloy"}, "unknown voice 'alloy': MOSS-TTS-Nano has no preset voices"),
+        ({"voice": 3.5}, "a reference voice must be a path to an audio file, audio file bytes"),
+        ({"voice": b"not audio"}, "reference audio bytes could not be decoded"),
+        ({"voice": (np.zeros(48000), 0)}, "reference sample rate must be a positive integer"),
+        ({"voice": (np.zeros(48000), 48000.0)}, "reference sample rate must be a positive integer"),
+        ({"voice": (np.zeros((2, 2, 100)), 48000)}, "reference samples must be 1-D or 2-D"),
+        ({"voice": (np.full(48000, np.nan), 48000)}, "reference audio contains NaN"),
+        ({"voice": (np.zeros(20000), 48000)}, r"must be 0.5-30 s long; this clip gives 0.40 s \(20 codec frames of 20 ms\)"),
+        ({"voice": (np.zeros(48000 * 31), 48000)}, "must be 0.5-30 s long; this clip gives 31.00 s"),
+    ],
+)
+def test_bad_requests_are_rejected_before_queueing(speaking_tts, kwargs, message):
+    request = {"text": "Hello there.", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        speaking_tts.stream(**request)
+    with pytest.raises(ValueError, match=message):
+        speaking_tts.speak(**request)
+    assert shared_engine().load == (0, 0)
+
+
+def test_undecodable_reference_file_is_rejected(speaking_tts, tmp_path):
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(b"RIFF----WAVEfmt garbage")
+    with pytest.raises(ValueError, match="could not be decoded"):
+        speaking_tts.speak("Hello there.", voice=str(clip))
+
+
+@pytest.mark.parametrize(
+    "voice", ["path", "bytes", "samples", "channels-first", "mono-path"]
+)
+def test_every_reference_form_clones(speaking_tts, reference_clip, tmp_path, voice):
+    data, rate = soundfile.read(reference_clip, dtype="float32")
+    mono = tmp_path / "mono.flac"
+    soundfile.write(mono, data.mean(axis=1), rate)
+    forms = {
+        "path": reference_clip,
+        "bytes": reference_clip.read_bytes(),
+        "samples": (data, rate),
+        "channels-first": (data.T, rate),
+        "mono-path": str(mono),
+    }
+    audio = speaking_tts.speak("Hello there.", voice=forms[voice], ref_text="ignored", seed=1, max_new_tokens=5)
+    assert len(audio.samples) == 5 * speaking_tts._service.samples_per_frame
+
+
+def test_default_voice_is_reproducible_with_a_seed(speaking_tts):
+    first = speaking_tts.speak("Hello there.", voice="default", seed=4, max_new_tokens=8)
+    second = speaking_tts.speak("Hello there.", voice=None, seed=4, max_new_tokens=8)
+    np.testing.assert_array_equal(first.samples, second.samples)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(mlx_speech.ModelLoadError, match="model directory not found"):
+        mlx_speech.load(tmp_path / "nowhere")
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(mlx_speech.ModelLoadError, match="has no config.json"):
+        mlx_speech.load(tmp_path)
+
+
+def test_unknown_family_lists_the_supported_ones(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bark"}))
+    with pytest.raises(
+        mlx_speech.ModelLoadError, match="unsupported model_type 'bark'.*supported: moss_tts_nano"
+    ):
+        mlx_speech.load(tmp_path)
+
+
+def test_hub_id_that_cannot_be_fetched_says_to_pass_a_local_dir(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(mlx_speech.ModelLoadError, match="offline, pass a local directory"):
+        mlx_speech.load("mlx-speech-tests/not-a-cached-model")
+
+
+def test_broken_weights_give_a_load_error(speaking_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(speaking_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"\0" * 64)
+    with pytest.raises(mlx_speech.ModelLoadError, match="cannot load"):
+        mlx_speech.load(broken)
+
+
+def test_missing_codec_without_network_gives_a_load_error(speaking_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    no_codec = tmp_path / "no-codec"
+    shutil.copytree(speaking_dir, no_codec, ignore=shutil.ignore_patterns("audio_tokenizer"))
+    with pytest.raises(mlx_speech.ModelLoadError, match="no audio_tokenizer/"):
+        mlx_speech.load(no_codec)
