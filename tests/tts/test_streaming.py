@@ -92,6 +92,19 @@ def test_consecutive_requests_do_not_share_state(speaking_tts, reference_clip):
     np.testing.assert_array_equal(first, again)
 
 
+def test_cancel_stops_generation_within_one_frame(speaking_dir):
+    tts = mlx_speech.load(speaking_dir)
+    slow = _SlowGlobalStep(tts._service._model.transformer)
+    tts._service._model.transformer = slow
+    stream = tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
+    next(stream)
+    next(stream)
+    stream.cancel()
+    steps_at_cancel = len(slow.finished)
+    _wait_until_idle()
+    assert len(slow.finished) <= steps_at_cancel + 1
+
+
 def test_cancelled_stream_frees_the_worker_for_the_next_job(speaking_tts):
     stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
     next(stream)

@@ -84,6 +84,21 @@ def test_default_voice_is_reproducible_with_a_seed(speaking_tts):
     np.testing.assert_array_equal(first.samples, second.samples)
 
 
+def test_non_finite_audio_is_an_error_not_noise(speaking_dir, tmp_path):
+    import mlx.core as mx
+
+    broken = tmp_path / "nan-codec"
+    shutil.copytree(speaking_dir, broken)
+    weights_path = broken / "audio_tokenizer" / "model.safetensors"
+    weights = mx.load(str(weights_path))
+    name = next(key for key in weights if key.startswith("decoder.") and key.endswith("weight"))
+    weights[name] = mx.full(weights[name].shape, float("nan"))
+    mx.save_safetensors(str(weights_path), weights)
+    tts = mlx_speech.load(broken)
+    with pytest.raises(mlx_speech.GenerationError, match="non-finite audio"):
+        tts.speak("Hello there.", max_new_tokens=3)
+
+
 def test_missing_directory(tmp_path):
     with pytest.raises(mlx_speech.ModelLoadError, match="model directory not found"):
         mlx_speech.load(tmp_path / "nowhere")
