@@ -1,9 +1,9 @@
 """mlx-speech: local streaming text-to-speech on MLX.
 
-    tts = mlx_speech.load()                      # MOSS-TTS-Nano from the hub
-    tts.speak("Hello there.", voice="me.wav").write("out.wav")
-    for chunk in tts.stream("Hello again.", voice="me.wav"):
-        play(chunk.samples)
+tts = mlx_speech.load()                      # MOSS-TTS-Nano from the hub
+tts.speak("Hello there.", voice="me.wav").write("out.wav")
+for chunk in tts.stream("Hello again.", voice="me.wav"):
+    play(chunk.samples)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .tts import TTS
 
 DEFAULT_MODEL = "mlx-community/MOSS-TTS-Nano-100M"
 
-__all__ = ["DEFAULT_MODEL", "Audio", "GenerationError", "ModelLoadError", "TTS", "load"]
+__all__ = ["DEFAULT_MODEL", "TTS", "Audio", "GenerationError", "ModelLoadError", "load"]
 
 
 def load(model: str | Path = DEFAULT_MODEL) -> TTS:

@@ -17,19 +17,33 @@ def _speak_parser(commands) -> None:
         description="Synthesize TEXT into an audio file and report time to first "
         "audio, audio length and real-time factor.",
     )
-    speak.add_argument("text", metavar="TEXT", help="text to speak; '-' reads standard input")
-    speak.add_argument("--model", default=None, help="checkpoint directory or hub id "
-                       "(default: mlx-community/MOSS-TTS-Nano-100M)")
+    speak.add_argument(
+        "text", metavar="TEXT", help="text to speak; '-' reads standard input"
+    )
+    speak.add_argument(
+        "--model",
+        default=None,
+        help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
+    )
     voice = speak.add_mutually_exclusive_group()
     voice.add_argument("--voice", default=None, help="'default' or a reference audio file")
-    voice.add_argument("--ref-audio", default=None, metavar="FILE", help="reference clip to clone")
-    speak.add_argument("-o", "--output", default="speech.wav", help="output file (default: speech.wav)")
-    speak.add_argument("--format", default=None, choices=["wav", "flac", "mp3", "ogg", "opus", "pcm"],
-                       help="container (default: from the output suffix)")
+    voice.add_argument(
+        "--ref-audio", default=None, metavar="FILE", help="reference clip to clone"
+    )
+    speak.add_argument(
+        "-o", "--output", default="speech.wav", help="output file (default: speech.wav)"
+    )
+    speak.add_argument(
+        "--format",
+        default=None,
+        choices=["wav", "flac", "mp3", "ogg", "opus", "pcm"],
+        help="container (default: from the output suffix)",
+    )
     speak.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
     speak.add_argument("--temperature", type=float, default=None, help="0 is greedy")
-    speak.add_argument("--max-new-tokens", type=int, default=None,
-                       help="audio frames per text segment")
+    speak.add_argument(
+        "--max-new-tokens", type=int, default=None, help="audio frames per text segment"
+    )
 
 
 def _speak(args: argparse.Namespace) -> None:
@@ -63,7 +77,9 @@ def _speak(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mlx-speech", description="Local text-to-speech on MLX.")
+    parser = argparse.ArgumentParser(
+        prog="mlx-speech", description="Local text-to-speech on MLX."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _speak_parser(commands)
     args = parser.parse_args(argv)
@@ -71,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         _speak(args)
     except KeyboardInterrupt:
         return 130
-    except Exception as error:  # one line, never a traceback
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"mlx-speech: error: {message}", file=sys.stderr)
         return 1

@@ -1,4 +1,12 @@
-"""Errors the public API raises besides ``ValueError`` (a bad request)."""
+"""Errors the public API raises."""
+
+
+class InvalidRequest(ValueError):
+    """A bad request; ``param`` names the offending field."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
 
 
 class ModelLoadError(RuntimeError):

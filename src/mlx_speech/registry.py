@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .errors import ModelLoadError
 from .families import moss_nano
@@ -42,7 +42,9 @@ def family_loader(model_dir: Path) -> Callable[[Path], object]:
     try:
         config = json.loads(config_path.read_text())
     except FileNotFoundError:
-        raise ModelLoadError(f"{model_dir} has no config.json; is it a checkpoint?") from None
+        raise ModelLoadError(
+            f"{model_dir} has no config.json; is it a checkpoint?"
+        ) from None
     except (OSError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"cannot read {config_path}: {error}") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None

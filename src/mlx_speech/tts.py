@@ -28,20 +28,31 @@ class TTS:
         return list(self._service.voices)
 
     def stream(
-        self, text: str, voice: Any = None, ref_text: str | None = None, **sampling: Any
+        self,
+        text: str,
+        voice: Any = None,
+        ref_text: str | None = None,
+        instructions: str | None = None,
+        language: str | None = None,
+        **sampling: Any,
     ) -> ChunkStream:
         """Audio chunks as they are produced; the first is a single codec frame.
 
         The request is validated here (``ValueError``); generation starts on the
         first read. ``cancel()`` or dropping the iterator stops it.
         """
-        request = self._service.prepare(text, voice=voice, ref_text=ref_text, **sampling)
+        request = self._service.prepare(
+            text,
+            voice=voice,
+            ref_text=ref_text,
+            instructions=instructions,
+            language=language,
+            **sampling,
+        )
         return self._engine.stream(lambda: self._service.synthesize(request))
 
-    def speak(
-        self, text: str, voice: Any = None, ref_text: str | None = None, **sampling: Any
-    ) -> Audio:
-        """The whole utterance at once."""
-        chunks = [chunk.samples for chunk in self.stream(text, voice, ref_text, **sampling)]
+    def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
+        """The whole utterance at once; takes the keywords of ``stream``."""
+        chunks = [chunk.samples for chunk in self.stream(text, voice, **options)]
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         return Audio(samples, self.sample_rate)

@@ -12,8 +12,9 @@ import soundfile
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import mlx_speech  # noqa: E402
-from nano_checkpoint import build_nano_checkpoint  # noqa: E402
+from nano_checkpoint import build_nano_checkpoint
+
+import mlx_speech
 
 
 @pytest.fixture(scope="session")

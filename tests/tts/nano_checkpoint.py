@@ -38,8 +38,15 @@ CORPUS = [
     "你好，欢迎使用语音合成服务。这是第二句话！",
     "机器学习模型可以把文字变成声音。",
 ]
-SPECIAL_PIECES = ["<pad>", "<|im_start|>", "<|im_end|>", "<|audio_start|>",
-                  "<|audio_end|>", "<|audio_user_slot|>", "<|audio_assistant_slot|>"]
+SPECIAL_PIECES = [
+    "<pad>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<|audio_user_slot|>",
+    "<|audio_assistant_slot|>",
+]
 
 
 @dataclass(frozen=True)
@@ -79,17 +86,26 @@ def _model_config(size: NanoSize) -> dict:
     return {
         "model_type": "moss_tts_nano",
         "gpt2_config": {
-            "n_embd": size.width, "n_layer": size.layers, "n_head": size.heads,
-            "n_inner": size.inner, "vocab_size": size.text_vocab,
-            "n_positions": 4096, "n_ctx": 4096, "position_embedding_type": "rope",
+            "n_embd": size.width,
+            "n_layer": size.layers,
+            "n_head": size.heads,
+            "n_inner": size.inner,
+            "vocab_size": size.text_vocab,
+            "n_positions": 4096,
+            "n_ctx": 4096,
+            "position_embedding_type": "rope",
         },
         "n_vq": size.n_vq,
         "audio_vocab_size": size.codebook,
         "audio_codebook_sizes": [size.codebook] * size.n_vq,
         "audio_pad_token_id": size.codebook,
-        "pad_token_id": 3, "im_start_token_id": 4, "im_end_token_id": 5,
-        "audio_start_token_id": 6, "audio_end_token_id": 7,
-        "audio_user_slot_token_id": 8, "audio_assistant_slot_token_id": 9,
+        "pad_token_id": 3,
+        "im_start_token_id": 4,
+        "im_end_token_id": 5,
+        "audio_start_token_id": 6,
+        "audio_end_token_id": 7,
+        "audio_user_slot_token_id": 8,
+        "audio_assistant_slot_token_id": 9,
         "audio_tokenizer_sample_rate": 48000,
         "local_transformer_layers": 1,
         "hidden_size": size.width,
@@ -104,19 +120,29 @@ def _codec_config(size: NanoSize) -> dict:
 
     def transformer(inputs: int, outputs: int) -> dict:
         return {
-            "module_type": "Transformer", "input_dimension": inputs,
-            "output_dimension": outputs, "d_model": d, "num_heads": 2,
-            "num_layers": 1, "dim_feedforward": 2 * d, "causal": True,
-            "norm": "layer_norm", "positional_embedding": "rope",
-            "max_period": 10000, "layer_scale": 0.1, "conv_layout": True,
+            "module_type": "Transformer",
+            "input_dimension": inputs,
+            "output_dimension": outputs,
+            "d_model": d,
+            "num_heads": 2,
+            "num_layers": 1,
+            "dim_feedforward": 2 * d,
+            "causal": True,
+            "norm": "layer_norm",
+            "positional_embedding": "rope",
+            "max_period": 10000,
+            "layer_scale": 0.1,
+            "conv_layout": True,
             "gating": "none",
         }
 
     return {
-        "sampling_rate": 48000, "sample_rate": 48000,
+        "sampling_rate": 48000,
+        "sample_rate": 48000,
         "downsample_rate": size.samples_per_frame,
         "causal_transformer_context_duration": 10.0,
-        "number_channels": 2, "enable_channel_interleave": True,
+        "number_channels": 2,
+        "enable_channel_interleave": True,
         "encoder_kwargs": [
             {"module_type": "PatchedPretransform", "patch_size": last_patch},
             transformer(last_patch, d // 2),
@@ -131,9 +157,13 @@ def _codec_config(size: NanoSize) -> dict:
         ],
         "quantizer_type": "rlfq",
         "quantizer_kwargs": {
-            "input_dim": d, "rvq_dim": d, "output_dim": d,
-            "num_quantizers": size.n_vq, "codebook_size": size.codebook,
-            "codebook_dim": 4, "quantizer_type": "rlfq",
+            "input_dim": d,
+            "rvq_dim": d,
+            "output_dim": d,
+            "num_quantizers": size.n_vq,
+            "codebook_size": size.codebook,
+            "codebook_dim": 4,
+            "quantizer_type": "rlfq",
         },
     }
 
@@ -189,10 +219,12 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
 
     recorder = _ProjectionRecorder(model.local_transformer, direction)
     model.local_transformer = recorder
-    always_continue = lambda logits, keys: mx.zeros((1,), dtype=mx.int32)  # noqa: E731
+    always_continue = lambda logits, keys: mx.zeros((1,), dtype=mx.int32)
     sampling = FrameSampling(
-        text=always_continue, audio=HeadSampler(0.8, 25, 0.95),
-        repetition_penalty=1.2, max_frames=32,
+        text=always_continue,
+        audio=HeadSampler(0.8, 25, 0.95),
+        repetition_penalty=1.2,
+        max_frames=32,
     )
     prompt, _ = model.build_inference_input_ids(
         text=CALIBRATION_TEXT, tokenizer=model.tokenizer, mode="continuation"
@@ -240,8 +272,6 @@ def build_nano_checkpoint(
     )
     codec = MossAudioTokenizer(AudioTokenizerConfig.from_dict(codec_config))
     # Weight-norm directions start at zero in the class; give them values.
-    codec.update(
-        tree_map(lambda p: mx.random.normal(p.shape) * 0.3, codec.parameters())
-    )
+    codec.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.3, codec.parameters()))
     _save(codec, directory / "audio_tokenizer" / "model.safetensors")
     return directory

@@ -13,8 +13,21 @@ from mlx_speech.pcm import to_pcm16
 def test_pcm16_clips_scales_and_rounds_half_to_even():
     lsb = 1 / 32767
     samples = np.array(
-        [0.0, 0.5 * lsb, 1.5 * lsb, 2.5 * lsb, -0.5 * lsb, -1.5 * lsb, 0.49 * lsb,
-         0.51 * lsb, 1.0, -1.0, 1.7, -3.0], dtype=np.float64,
+        [
+            0.0,
+            0.5 * lsb,
+            1.5 * lsb,
+            2.5 * lsb,
+            -0.5 * lsb,
+            -1.5 * lsb,
+            0.49 * lsb,
+            0.51 * lsb,
+            1.0,
+            -1.0,
+            1.7,
+            -3.0,
+        ],
+        dtype=np.float64,
     )
     expected = [0, 0, 2, 2, 0, -2, 0, 1, 32767, -32767, 32767, -32767]
     assert to_pcm16(samples.astype(np.float32)).tolist() == expected
@@ -40,7 +53,9 @@ def test_write_picks_the_container_from_the_suffix(tmp_path, suffix):
 
 def test_write_pcm_is_headerless_s16le(tmp_path):
     audio = Audio(np.array([0.5, -0.5], dtype=np.float32), 48000)
-    assert audio.write(tmp_path / "out.pcm").read_bytes() == to_pcm16(audio.samples).tobytes()
+    assert (
+        audio.write(tmp_path / "out.pcm").read_bytes() == to_pcm16(audio.samples).tobytes()
+    )
 
 
 def test_write_rejects_unknown_formats(tmp_path):

@@ -31,7 +31,9 @@ def _reference_audio(model, text, *, seed=None, ref_audio=None, max_tokens=40):
         mx.random.seed(seed)
     mode = "continuation" if ref_audio is None else "voice_clone"
     result = next(
-        model.generate(text, ref_audio=ref_audio, mode=mode, max_tokens=max_tokens, **kwargs)
+        model.generate(
+            text, ref_audio=ref_audio, mode=mode, max_tokens=max_tokens, **kwargs
+        )
     )
     return np.asarray(result.audio, dtype=np.float32).mean(axis=1)
 
@@ -80,13 +82,17 @@ def test_greedy_clone_audio_equals_generate(speaking_tts, reference, reference_c
     ours = speaking_tts.speak(
         MULTI_SEGMENT, voice=str(reference_clip), temperature=0, max_new_tokens=30
     ).samples
-    theirs = _reference_audio(reference, MULTI_SEGMENT, ref_audio=str(reference_clip), max_tokens=30)
+    theirs = _reference_audio(
+        reference, MULTI_SEGMENT, ref_audio=str(reference_clip), max_tokens=30
+    )
     assert ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
 
 
 @pytest.mark.parametrize("voice", ["default", "clone"])
-def test_seeded_sampling_audio_equals_generate(speaking_tts, reference, reference_clip, voice):
+def test_seeded_sampling_audio_equals_generate(
+    speaking_tts, reference, reference_clip, voice
+):
     ref_audio = None if voice == "default" else str(reference_clip)
     ours = speaking_tts.speak(CJK, voice=ref_audio, seed=1234, max_new_tokens=25).samples
     theirs = _reference_audio(reference, CJK, seed=1234, ref_audio=ref_audio, max_tokens=25)

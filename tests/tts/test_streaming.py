@@ -87,7 +87,9 @@ def test_first_chunk_arrives_early_in_a_40_frame_utterance(speaking_tts):
 
 def test_consecutive_requests_do_not_share_state(speaking_tts, reference_clip):
     first = speaking_tts.speak(TEXT, seed=9, max_new_tokens=30).samples
-    speaking_tts.speak("Something else entirely.", voice=str(reference_clip), seed=1, max_new_tokens=20)
+    speaking_tts.speak(
+        "Something else entirely.", voice=str(reference_clip), seed=1, max_new_tokens=20
+    )
     again = speaking_tts.speak(TEXT, seed=9, max_new_tokens=30).samples
     np.testing.assert_array_equal(first, again)
 
@@ -154,7 +156,9 @@ def test_requests_from_many_threads(speaking_tts):
     results = [None] * 4
 
     def speak(index):
-        results[index] = speaking_tts.speak("Hello there.", seed=5, max_new_tokens=12).samples
+        results[index] = speaking_tts.speak(
+            "Hello there.", seed=5, max_new_tokens=12
+        ).samples
 
     threads = [threading.Thread(target=speak, args=(i,)) for i in range(4)]
     for thread in threads:

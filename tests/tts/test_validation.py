@@ -34,14 +34,29 @@ from mlx_speech.engine import shared_engine
         ({"seed": 2**63}, r"seed must be in 0\.\."),
         ({"speed": 1.0}, "unknown option speed; allowed: temperature, top_p, top_k"),
         ({"voice": "alloy"}, "unknown voice 'alloy': MOSS-TTS-Nano has no preset voices"),
-        ({"voice": 3.5}, "a reference voice must be a path to an audio file, audio file bytes"),
+        (
+            {"voice": 3.5},
+            "a reference voice must be a path to an audio file, audio file bytes",
+        ),
         ({"voice": b"not audio"}, "reference audio bytes could not be decoded"),
-        ({"voice": (np.zeros(48000), 0)}, "reference sample rate must be a positive integer"),
-        ({"voice": (np.zeros(48000), 48000.0)}, "reference sample rate must be a positive integer"),
+        (
+            {"voice": (np.zeros(48000), 0)},
+            "reference sample rate must be a positive integer",
+        ),
+        (
+            {"voice": (np.zeros(48000), 48000.0)},
+            "reference sample rate must be a positive integer",
+        ),
         ({"voice": (np.zeros((2, 2, 100)), 48000)}, "reference samples must be 1-D or 2-D"),
         ({"voice": (np.full(48000, np.nan), 48000)}, "reference audio contains NaN"),
-        ({"voice": (np.zeros(20000), 48000)}, r"must be 0.5-30 s long; this clip gives 0.40 s \(20 codec frames of 20 ms\)"),
-        ({"voice": (np.zeros(48000 * 31), 48000)}, "must be 0.5-30 s long; this clip gives 31.00 s"),
+        (
+            {"voice": (np.zeros(20000), 48000)},
+            r"must be 0.5-30 s long; this clip gives 0.40 s \(20 codec frames of 20 ms\)",
+        ),
+        (
+            {"voice": (np.zeros(48000 * 31), 48000)},
+            "must be 0.5-30 s long; this clip gives 31.00 s",
+        ),
     ],
 )
 def test_bad_requests_are_rejected_before_queueing(speaking_tts, kwargs, message):
@@ -74,7 +89,9 @@ def test_every_reference_form_clones(speaking_tts, reference_clip, tmp_path, voi
         "channels-first": (data.T, rate),
         "mono-path": str(mono),
     }
-    audio = speaking_tts.speak("Hello there.", voice=forms[voice], ref_text="ignored", seed=1, max_new_tokens=5)
+    audio = speaking_tts.speak(
+        "Hello there.", voice=forms[voice], ref_text="ignored", seed=1, max_new_tokens=5
+    )
     assert len(audio.samples) == 5 * speaking_tts._service.samples_per_frame
 
 
@@ -91,7 +108,9 @@ def test_non_finite_audio_is_an_error_not_noise(speaking_dir, tmp_path):
     shutil.copytree(speaking_dir, broken)
     weights_path = broken / "audio_tokenizer" / "model.safetensors"
     weights = mx.load(str(weights_path))
-    name = next(key for key in weights if key.startswith("decoder.") and key.endswith("weight"))
+    name = next(
+        key for key in weights if key.startswith("decoder.") and key.endswith("weight")
+    )
     weights[name] = mx.full(weights[name].shape, float("nan"))
     mx.save_safetensors(str(weights_path), weights)
     tts = mlx_speech.load(broken)
@@ -112,7 +131,8 @@ def test_directory_without_config(tmp_path):
 def test_unknown_family_lists_the_supported_ones(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bark"}))
     with pytest.raises(
-        mlx_speech.ModelLoadError, match="unsupported model_type 'bark'.*supported: moss_tts_nano"
+        mlx_speech.ModelLoadError,
+        match="unsupported model_type 'bark'.*supported: moss_tts_nano",
     ):
         mlx_speech.load(tmp_path)
 
@@ -131,9 +151,13 @@ def test_broken_weights_give_a_load_error(speaking_dir, tmp_path):
         mlx_speech.load(broken)
 
 
-def test_missing_codec_without_network_gives_a_load_error(speaking_dir, tmp_path, monkeypatch):
+def test_missing_codec_without_network_gives_a_load_error(
+    speaking_dir, tmp_path, monkeypatch
+):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     no_codec = tmp_path / "no-codec"
-    shutil.copytree(speaking_dir, no_codec, ignore=shutil.ignore_patterns("audio_tokenizer"))
+    shutil.copytree(
+        speaking_dir, no_codec, ignore=shutil.ignore_patterns("audio_tokenizer")
+    )
     with pytest.raises(mlx_speech.ModelLoadError, match="no audio_tokenizer/"):
         mlx_speech.load(no_codec)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 # Items a job's output queue carries besides its chunks.
 END = object()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import queue
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .job import END, Failure, Job
 
@@ -20,13 +21,13 @@ class ChunkStream:
     frame boundary.
     """
 
-    def __init__(self, engine: "Engine", start: Callable[[], Iterator[Any]]):
+    def __init__(self, engine: Engine, start: Callable[[], Iterator[Any]]):
         self._engine = engine
         self._job = Job(start)
         self._started = False
         self._ended = False
 
-    def __iter__(self) -> "ChunkStream":
+    def __iter__(self) -> ChunkStream:
         return self
 
     def __next__(self) -> Any:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import atexit
 import threading
 from collections import deque
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import mlx.core as mx
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 from numbers import Integral, Real
 from typing import Any
 
+from ..errors import InvalidRequest
+
 SEED_LIMIT = 2**63
 
 
@@ -23,13 +25,13 @@ class SamplingOptions:
 
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise InvalidRequest(name, f"{name} must be a finite number, got {value!r}")
     return float(value)
 
 
 def _integer(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise InvalidRequest(name, f"{name} must be an integer, got {value!r}")
     return int(value)
 
 
@@ -40,31 +42,40 @@ def parse_sampling(
     unknown = sorted(set(options) - set(SamplingOptions.__dataclass_fields__))
     if unknown:
         allowed = ", ".join(SamplingOptions.__dataclass_fields__)
-        raise ValueError(f"unknown option {', '.join(unknown)}; allowed: {allowed}")
+        raise InvalidRequest(
+            unknown[0], f"unknown option {', '.join(unknown)}; allowed: {allowed}"
+        )
     given = {name: value for name, value in options.items() if value is not None}
     parsed = replace(defaults, **given)
 
     temperature = _number("temperature", parsed.temperature)
     if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+        raise InvalidRequest(
+            "temperature", f"temperature must be >= 0 (0 is greedy), got {temperature}"
+        )
     top_p = _number("top_p", parsed.top_p)
     if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        raise InvalidRequest("top_p", f"top_p must be in (0, 1], got {top_p}")
     top_k = _integer("top_k", parsed.top_k)
     if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {top_k}")
+        raise InvalidRequest(
+            "top_k", f"top_k must be >= 0 (0 keeps every token), got {top_k}"
+        )
     penalty = _number("repetition_penalty", parsed.repetition_penalty)
     if penalty <= 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
+        raise InvalidRequest(
+            "repetition_penalty", f"repetition_penalty must be > 0, got {penalty}"
+        )
     max_new_tokens = _integer("max_new_tokens", parsed.max_new_tokens)
     if not 1 <= max_new_tokens <= max_new_tokens_limit:
-        raise ValueError(
-            f"max_new_tokens must be in 1..{max_new_tokens_limit}, got {max_new_tokens}"
+        raise InvalidRequest(
+            "max_new_tokens",
+            f"max_new_tokens must be in 1..{max_new_tokens_limit}, got {max_new_tokens}",
         )
     if parsed.seed is None:
         seed = secrets.randbelow(SEED_LIMIT)
     else:
         seed = _integer("seed", parsed.seed)
         if not 0 <= seed < SEED_LIMIT:
-            raise ValueError(f"seed must be in 0..{SEED_LIMIT - 1}, got {seed}")
+            raise InvalidRequest("seed", f"seed must be in 0..{SEED_LIMIT - 1}, got {seed}")
     return SamplingOptions(temperature, top_p, top_k, penalty, max_new_tokens, seed)

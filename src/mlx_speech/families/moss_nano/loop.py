@@ -9,8 +9,8 @@ frame whose text token was audio-end ever reaches the decoder.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model

@@ -11,6 +11,8 @@ import numpy as np
 import soundfile
 from mlx_audio.utils import resample_audio
 
+from ...errors import InvalidRequest
+
 MIN_SECONDS = 0.5
 MAX_SECONDS = 30.0
 
@@ -21,29 +23,38 @@ def _decode(source: Any) -> tuple[np.ndarray, int]:
         try:
             data, rate = soundfile.read(io.BytesIO(source), dtype="float32", always_2d=True)
         except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
-            raise ValueError(f"reference audio bytes could not be decoded: {error}") from None
+            raise InvalidRequest(
+                "voice", f"reference audio bytes could not be decoded: {error}"
+            ) from None
         return data, rate
     if isinstance(source, (str, os.PathLike)):
         try:
             data, rate = soundfile.read(str(source), dtype="float32", always_2d=True)
         except (soundfile.LibsndfileError, RuntimeError) as error:
-            raise ValueError(f"reference audio {str(source)!r} could not be decoded: {error}") from None
+            raise InvalidRequest(
+                "voice", f"reference audio {str(source)!r} could not be decoded: {error}"
+            ) from None
         return data, rate
     if isinstance(source, tuple) and len(source) == 2:
         samples, rate = source
         if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
-            raise ValueError(f"reference sample rate must be a positive integer, got {rate!r}")
+            raise InvalidRequest(
+                "voice", f"reference sample rate must be a positive integer, got {rate!r}"
+            )
         data = np.asarray(samples, dtype=np.float32)
         if data.ndim == 1:
             data = data[:, None]
         elif data.ndim == 2 and data.shape[0] <= 8 and data.shape[0] < data.shape[1]:
             data = data.T  # channels-first
         elif data.ndim != 2:
-            raise ValueError(f"reference samples must be 1-D or 2-D, got shape {data.shape}")
+            raise InvalidRequest(
+                "voice", f"reference samples must be 1-D or 2-D, got shape {data.shape}"
+            )
         return data, int(rate)
-    raise ValueError(
+    raise InvalidRequest(
+        "voice",
         "a reference voice must be a path to an audio file, audio file bytes, "
-        f"or (samples, sample_rate); got {type(source).__name__}"
+        f"or (samples, sample_rate); got {type(source).__name__}",
     )
 
 
@@ -56,7 +67,7 @@ def load_reference(
     """
     data, rate = _decode(source)
     if not np.isfinite(data).all():
-        raise ValueError("reference audio contains NaN or infinite samples")
+        raise InvalidRequest("voice", "reference audio contains NaN or infinite samples")
     if data.shape[1] not in (1, channels):
         data = data.mean(axis=1, keepdims=True, dtype=np.float32)
     if rate != sample_rate:
@@ -64,13 +75,16 @@ def load_reference(
     frames = data.shape[0] // samples_per_frame
     seconds = frames * samples_per_frame / sample_rate
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
-        raise ValueError(
+        raise InvalidRequest(
+            "voice",
             f"reference audio must be {MIN_SECONDS}-{MAX_SECONDS:g} s long; this clip "
             f"gives {seconds:.2f} s ({frames} codec frames of "
-            f"{1000 * samples_per_frame / sample_rate:g} ms)"
+            f"{1000 * samples_per_frame / sample_rate:g} ms)",
         )
     return np.ascontiguousarray(data)
 
 
 def is_audio_path(voice: Any) -> bool:
-    return isinstance(voice, os.PathLike) or (isinstance(voice, str) and Path(voice).is_file())
+    return isinstance(voice, os.PathLike) or (
+        isinstance(voice, str) and Path(voice).is_file()
+    )

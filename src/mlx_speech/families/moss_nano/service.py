@@ -3,9 +3,10 @@ and synthesis (worker thread)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -18,7 +19,7 @@ from mlx_audio.tts.models.moss_tts_nano.text import (
 from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
-from ...errors import ModelLoadError
+from ...errors import InvalidRequest, ModelLoadError
 from ..options import SamplingOptions, parse_sampling
 from .codec import ChunkSchedule, StreamingAudioDecoder, samples_per_frame
 from .loop import FrameSampling, frames
@@ -46,7 +47,7 @@ class NanoRequest:
 
 class NanoService:
     name = FAMILY
-    voices: list[str] = []
+    voices: tuple[str, ...] = ()
 
     def __init__(self, model: Model, codec: MossAudioTokenizer):
         self._model = model
@@ -56,11 +57,27 @@ class NanoService:
 
     # Caller's thread: nothing here touches MLX.
     def prepare(
-        self, text: Any, voice: Any = None, ref_text: Any = None, **sampling: Any
+        self,
+        text: Any,
+        voice: Any = None,
+        ref_text: Any = None,
+        instructions: Any = None,
+        language: Any = None,
+        **sampling: Any,
     ) -> NanoRequest:
         del ref_text  # cloning uses the audio alone
         if not isinstance(text, str) or not text.strip():
-            raise ValueError("text must be a non-empty string")
+            raise InvalidRequest("text", "text must be a non-empty string")
+        if instructions is not None:
+            raise InvalidRequest(
+                "instructions", "MOSS-TTS-Nano does not take instructions; leave them out"
+            )
+        if language not in (None, "auto"):
+            raise InvalidRequest(
+                "language",
+                f"MOSS-TTS-Nano detects the language itself; language must be 'auto', "
+                f"got {language!r}",
+            )
         options = parse_sampling(sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
             self._model.tokenizer,
@@ -78,9 +95,10 @@ class NanoService:
         if voice is None or voice == "default":
             return None
         if isinstance(voice, str) and not is_audio_path(voice):
-            raise ValueError(
+            raise InvalidRequest(
+                "voice",
                 f"unknown voice {voice!r}: MOSS-TTS-Nano has no preset voices; pass "
-                "'default', a path to an audio file, audio bytes or (samples, sample_rate)"
+                "'default', a path to an audio file, audio bytes or (samples, sample_rate)",
             )
         return load_reference(
             voice,
