@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,6 +48,93 @@ def _speak_parser(commands) -> None:
     )
 
 
+def _serve_parser(commands) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the OpenAI-compatible speech server",
+        description="Serve /v1/audio/speech (OpenAI and vLLM-Omni compatible), "
+        "/v1/audio/voices, /v1/models, /health and /metrics.",
+    )
+    serve.add_argument(
+        "--model",
+        default=None,
+        help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("MLX_SPEECH_API_KEY"),
+        help="require this key as 'Authorization: Bearer KEY' or 'x-api-key' "
+        "(default: $MLX_SPEECH_API_KEY; unset means no auth)",
+    )
+    serve.add_argument(
+        "--max-queue",
+        type=int,
+        default=16,
+        help="requests allowed to wait for the model; more get 429 (default: 16)",
+    )
+    serve.add_argument(
+        "--max-input-chars",
+        type=int,
+        default=4096,
+        help="longest accepted input text (default: 4096)",
+    )
+    serve.add_argument(
+        "--max-ref-bytes",
+        type=int,
+        default=20 * 1024 * 1024,
+        help="largest reference clip in bytes (default: 20 MB)",
+    )
+    serve.add_argument(
+        "--stream-idle-timeout",
+        type=float,
+        default=30.0,
+        help="cancel a stream whose client reads nothing for this many "
+        "seconds (default: 30)",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    import mlx_speech
+    from mlx_speech.server import ServerSettings, create_app
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
+    )
+    settings = ServerSettings(
+        model=args.model or mlx_speech.DEFAULT_MODEL,
+        api_key=args.api_key or None,
+        max_queue=args.max_queue,
+        max_input_chars=args.max_input_chars,
+        max_ref_bytes=args.max_ref_bytes,
+        max_body_bytes=args.max_ref_bytes * 4 // 3 + 1024 * 1024,
+        stream_idle_timeout=args.stream_idle_timeout,
+    )
+    app = create_app(settings, mlx_speech.load)
+    logging.getLogger("mlx_speech.server").info(
+        "listening on http://%s:%d (OpenAI base_url http://%s:%d/v1)",
+        args.host,
+        args.port,
+        args.host,
+        args.port,
+    )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+    )
+
+
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
@@ -81,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="mlx-speech", description="Local text-to-speech on MLX."
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(commands)
     _speak_parser(commands)
     args = parser.parse_args(argv)
     try:
-        _speak(args)
+        {"serve": _serve, "speak": _speak}[args.command](args)
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 - one line, never a traceback

@@ -27,6 +27,11 @@ class TTS:
     def voices(self) -> list[str]:
         return list(self._service.voices)
 
+    @property
+    def max_active_jobs(self) -> int:
+        """Requests that generate at once; more wait in line."""
+        return self._engine.max_active
+
     def stream(
         self,
         text: str,

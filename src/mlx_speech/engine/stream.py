@@ -57,10 +57,15 @@ class ChunkStream:
         return item
 
     def cancel(self) -> None:
-        """Stop the job at its next frame boundary; further reads end."""
+        """Stop the job at its next frame boundary; further reads end, and a
+        read blocked in another thread returns."""
         self._ended = True
         if self._started and not self._job.finished:
             self._job.cancel()
+            try:
+                self._job.output.put_nowait(END)
+            except queue.Full:
+                pass  # a blocked reader is about to receive that item instead
             self._engine.notify()
 
     close = cancel

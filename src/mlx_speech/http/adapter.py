@@ -1,0 +1,186 @@
+"""The ASGI audio adapter: a job's chunks → a streamed body, SSE events, or
+one buffered body.
+
+The next chunk is requested only after the previous send completed
+(backpressure). A client that disconnects, a send that fails, task
+cancellation, or a send that makes no progress for ``idle_timeout`` seconds
+all cancel the job, which releases the worker at its next frame.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import numpy as np
+
+from ..engine import ChunkStream
+from .containers import CONTENT_TYPES, StreamEncoder, encode_whole
+from .errors import ApiError
+from .metrics import Metrics
+from .resample import StreamingResampler
+
+log = logging.getLogger("mlx_speech.server")
+
+
+@dataclass
+class Delivery:
+    """How a response is shaped and where its numbers go."""
+
+    response_format: str
+    native_rate: int
+    output_rate: int
+    mode: str  # "audio" | "sse" | "buffered"
+    idle_timeout: float
+    metrics: Metrics
+    accepted_at: float
+    on_close: Callable[[], None]
+
+
+class AudioResponse:
+    def __init__(self, chunks: ChunkStream, delivery: Delivery):
+        self._chunks = chunks
+        self._delivery = delivery
+        self._audio_seconds = 0.0
+        self._first_audio_at: float | None = None
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._cancel_on_disconnect, receive, group.cancel_scope)
+                await self._deliver(scope, send)
+                group.cancel_scope.cancel()
+        finally:
+            self._chunks.cancel()
+            self._delivery.on_close()
+
+    async def _cancel_on_disconnect(
+        self, receive: Callable, scope: anyio.CancelScope
+    ) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._chunks.cancel()
+        scope.cancel()
+
+    async def _next_chunk(self) -> Any:
+        chunk = await anyio.to_thread.run_sync(
+            lambda: next(self._chunks, None), abandon_on_cancel=True
+        )
+        if chunk is not None and self._first_audio_at is None:
+            self._first_audio_at = time.perf_counter()
+            self._delivery.metrics.first_audio(
+                self._first_audio_at - self._delivery.accepted_at
+            )
+        return chunk
+
+    async def _pcm(self, first: Any) -> AsyncIterator[np.ndarray]:
+        """The job's audio at the output rate, starting with ``first``."""
+        delivery = self._delivery
+        resampler = StreamingResampler(delivery.native_rate, delivery.output_rate)
+        chunk = first
+        while chunk is not None:
+            self._audio_seconds += len(chunk.samples) / delivery.native_rate
+            yield resampler.process(chunk.samples)
+            chunk = await self._next_chunk()
+        yield resampler.flush()
+
+    async def _send(self, send: Callable, body: bytes, more: bool = True) -> None:
+        if not body and more:
+            return
+        with anyio.fail_after(self._delivery.idle_timeout):
+            await send({"type": "http.response.body", "body": body, "more_body": more})
+
+    async def _start(
+        self, send: Callable, content_type: str, extra: dict[str, str]
+    ) -> None:
+        headers = {
+            "content-type": content_type,
+            "cache-control": "no-cache",
+            "x-audio-sample-rate": str(self._delivery.output_rate),
+            "x-audio-channels": "1",
+            **extra,
+        }
+        if self._delivery.response_format == "pcm":
+            headers["x-audio-bits"] = "16"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+            }
+        )
+        self._delivery.metrics.response(200)
+
+    async def _deliver(self, scope: dict, send: Callable) -> None:
+        try:
+            first = await self._next_chunk()  # early failures still get a JSON error
+        except Exception as error:  # noqa: BLE001 - mapped to the error shape
+            await self._send_error(scope, send, error)
+            return
+        started = time.perf_counter()
+        mode = self._delivery.mode
+        if mode == "audio":
+            await self._stream_audio(send, first)
+        elif mode == "sse":
+            await self._stream_events(send, first)
+        else:
+            await self._send_buffered(send, first)
+        self._delivery.metrics.finished(time.perf_counter() - started, self._audio_seconds)
+
+    async def _send_error(self, scope: dict, send: Callable, error: Exception) -> None:
+        status = 400 if isinstance(error, ValueError) else 500
+        log.warning("speech request failed before audio: %s", error)
+        response = ApiError(status, str(error) or type(error).__name__).response()
+        self._delivery.metrics.response(status)
+        await response(scope, None, send)
+
+    async def _stream_audio(self, send: Callable, first: Any) -> None:
+        encoder = StreamEncoder(self._delivery.response_format, self._delivery.output_rate)
+        await self._start(send, CONTENT_TYPES[encoder.response_format], {})
+        await self._send(send, encoder.start())
+        async for samples in self._pcm(first):
+            await self._send(send, encoder.encode(samples))
+        await self._send(send, encoder.finish())
+        await self._send(send, b"", more=False)
+
+    async def _send_buffered(self, send: Callable, first: Any) -> None:
+        parts = [samples async for samples in self._pcm(first)]
+        samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        body = encode_whole(
+            samples, self._delivery.output_rate, self._delivery.response_format
+        )
+        content_type = CONTENT_TYPES[self._delivery.response_format]
+        await self._start(send, content_type, {"content-length": str(len(body))})
+        await self._send(send, body, more=False)
+
+    async def _event(self, send: Callable, event: dict) -> None:
+        await self._send(send, f"data: {json.dumps(event)}\n\n".encode())
+
+    async def _stream_events(self, send: Callable, first: Any) -> None:
+        encoder = StreamEncoder(self._delivery.response_format, self._delivery.output_rate)
+        await self._start(send, "text/event-stream", {})
+
+        async def delta(data: bytes) -> None:
+            if data:
+                audio = base64.b64encode(data).decode()
+                await self._event(send, {"type": "speech.audio.delta", "audio": audio})
+
+        try:
+            await delta(encoder.start())
+            async for samples in self._pcm(first):
+                await delta(encoder.encode(samples))
+            await delta(encoder.finish())
+        except Exception as error:  # noqa: BLE001 - reported in-band, then the stream ends
+            log.warning("speech stream failed: %s", error)
+            message = {"message": str(error), "type": "server_error"}
+            await self._event(send, {"type": "speech.audio.error", "error": message})
+        else:
+            usage = {"output_audio_seconds": round(self._audio_seconds, 3)}
+            await self._event(send, {"type": "speech.audio.done", "usage": usage})
+        await self._send(send, b"", more=False)

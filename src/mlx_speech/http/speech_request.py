@@ -1,0 +1,197 @@
+"""``POST /v1/audio/speech`` bodies: every field checked before a job is queued."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import Any
+
+from .containers import CONTENT_TYPES, unsupported_rate
+from .errors import ApiError
+
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "max_new_tokens",
+    "seed",
+)
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 48000
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    text: str
+    voice: Any  # None (the model's own voice), a preset name, or reference audio bytes
+    response_format: str
+    sample_rate: int | None
+    stream: bool
+    sse: bool
+    options: dict[str, Any] = field(
+        default_factory=dict
+    )  # ref_text, instructions, sampling…
+
+
+def _bad(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param=param)
+
+
+def _optional_string(body: dict, name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _bad(name, f"{name} must be a string")
+    return value
+
+
+def _text(body: dict, max_chars: int) -> str:
+    text = body.get("input")
+    if not isinstance(text, str):
+        raise _bad("input", "input is required and must be a string")
+    if not text.strip():
+        raise _bad("input", "input must not be empty")
+    if len(text) > max_chars:
+        raise _bad("input", f"input is {len(text)} characters; the limit is {max_chars}")
+    return text
+
+
+def _reference_bytes(value: Any, param: str, max_bytes: int) -> bytes:
+    if not isinstance(value, str) or not value:
+        raise _bad(param, f"{param} must be a base64 string or a data: URI")
+    scheme = value.split(":", 1)[0].lower() if ":" in value[:16] else ""
+    if scheme in ("http", "https"):
+        raise _bad(
+            param, f"{param}: URLs are not fetched by the server; send the clip base64"
+        )
+    if scheme == "file":
+        raise _bad(param, f"{param}: file:// references are refused; send the clip base64")
+    payload = value
+    if scheme == "data":
+        header, _, payload = value.partition(",")
+        if not header.endswith(";base64"):
+            raise _bad(param, f"{param}: data: URIs must be base64 encoded")
+    if len(payload) * 3 // 4 > max_bytes:
+        raise ApiError(413, f"{param} is larger than {max_bytes} bytes", param=param)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(param, f"{param} is not valid base64") from None
+
+
+def _voice(body: dict, presets: tuple[str, ...], max_ref_bytes: int) -> tuple[Any, Any]:
+    """(voice for the model, ref_text)."""
+    voice = body.get("voice")
+    ref_text = _optional_string(body, "ref_text")
+    if isinstance(voice, dict):
+        if "ref_audio" in voice:
+            ref_text = voice.get("ref_text", ref_text)
+            if ref_text is not None and not isinstance(ref_text, str):
+                raise _bad("voice", "voice.ref_text must be a string")
+            return _reference_bytes(
+                voice["ref_audio"], "voice.ref_audio", max_ref_bytes
+            ), ref_text
+        voice = voice.get("id")
+        if not isinstance(voice, str):
+            raise _bad(
+                "voice",
+                'voice objects are {"id": NAME} or {"ref_audio": ..., "ref_text": ...}',
+            )
+    if voice is not None and not isinstance(voice, str):
+        raise _bad("voice", "voice must be a string or an object")
+    if body.get("ref_audio") is not None:
+        if voice not in (None, "default"):
+            raise _bad("ref_audio", "give either a voice name or ref_audio, not both")
+        return _reference_bytes(body["ref_audio"], "ref_audio", max_ref_bytes), ref_text
+    if voice is None or voice.lower() == "default":
+        return None, ref_text
+    by_name = {name.lower(): name for name in presets}
+    if voice.lower() not in by_name:
+        known = ", ".join(["default", *presets])
+        raise ApiError(404, f"unknown voice {voice!r}; available: {known}", param="voice")
+    return by_name[voice.lower()], ref_text
+
+
+def _format(body: dict) -> str:
+    response_format = body.get("response_format", "wav")
+    if response_format not in CONTENT_TYPES:
+        supported = ", ".join(CONTENT_TYPES)
+        raise _bad(
+            "response_format",
+            f"response_format must be one of {supported}, got {response_format!r}",
+        )
+    return response_format
+
+
+def _sample_rate(body: dict, response_format: str) -> int | None:
+    rate = body.get("sample_rate")
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        raise _bad("sample_rate", "sample_rate must be an integer")
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise _bad(
+            "sample_rate",
+            f"sample_rate must be in {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, got {rate}",
+        )
+    allowed = unsupported_rate(response_format, rate)
+    if allowed:
+        rates = ", ".join(map(str, allowed))
+        raise _bad(
+            "sample_rate", f"{response_format} supports sample_rate {rates}; got {rate}"
+        )
+    return rate
+
+
+def _speed(body: dict) -> None:
+    speed = body.get("speed")
+    if speed is None:
+        return
+    if isinstance(speed, bool) or not isinstance(speed, Real) or not math.isfinite(speed):
+        raise _bad("speed", "speed must be a number")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise _bad("speed", f"speed must be in {MIN_SPEED}..{MAX_SPEED}, got {speed}")
+    if speed != 1.0:
+        raise _bad("speed", "speed other than 1.0 is not supported yet")
+
+
+def _streaming(body: dict) -> tuple[bool, bool]:
+    stream = body.get("stream", True)
+    if stream is None:
+        stream = True
+    if not isinstance(stream, bool):
+        raise _bad("stream", "stream must be true or false")
+    stream_format = body.get("stream_format", "audio") or "audio"
+    if stream_format not in ("audio", "sse"):
+        raise _bad(
+            "stream_format",
+            f"stream_format must be 'audio' or 'sse', got {stream_format!r}",
+        )
+    if stream_format == "sse" and not stream:
+        raise _bad("stream_format", "stream_format 'sse' needs stream to be true")
+    return stream, stream_format == "sse"
+
+
+def parse_speech_request(
+    body: Any, *, max_input_chars: int, presets: tuple[str, ...], max_ref_bytes: int
+) -> SpeechRequest:
+    if not isinstance(body, dict):
+        raise _bad("body", "the request body must be a JSON object")
+    text = _text(body, max_input_chars)
+    _optional_string(body, "model")
+    _optional_string(body, "task_type")  # vLLM-Omni's; the checkpoint decides here
+    voice, ref_text = _voice(body, presets, max_ref_bytes)
+    response_format = _format(body)
+    sample_rate = _sample_rate(body, response_format)
+    _speed(body)
+    stream, sse = _streaming(body)
+    options = {
+        "ref_text": ref_text,
+        "instructions": _optional_string(body, "instructions"),
+        "language": _optional_string(body, "language"),
+        **{name: body.get(name) for name in SAMPLING_FIELDS},
+    }
+    return SpeechRequest(text, voice, response_format, sample_rate, stream, sse, options)
