@@ -29,6 +29,10 @@ from .resample import StreamingResampler
 log = logging.getLogger("mlx_speech.server")
 
 
+class IdleClient(Exception):
+    """The client accepted no data for the idle timeout."""
+
+
 @dataclass
 class Delivery:
     """How a response is shaped and where its numbers go."""
@@ -54,7 +58,13 @@ class AudioResponse:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._cancel_on_disconnect, receive, group.cancel_scope)
-                await self._deliver(scope, send)
+                try:
+                    await self._deliver(scope, send)
+                except IdleClient:
+                    log.warning(
+                        "client read nothing for %.0f s; stream cancelled",
+                        self._delivery.idle_timeout,
+                    )
                 group.cancel_scope.cancel()
         finally:
             self._chunks.cancel()
@@ -93,8 +103,10 @@ class AudioResponse:
     async def _send(self, send: Callable, body: bytes, more: bool = True) -> None:
         if not body and more:
             return
-        with anyio.fail_after(self._delivery.idle_timeout):
+        with anyio.move_on_after(self._delivery.idle_timeout) as waiting:
             await send({"type": "http.response.body", "body": body, "more_body": more})
+        if waiting.cancelled_caught:
+            raise IdleClient
 
     async def _start(
         self, send: Callable, content_type: str, extra: dict[str, str]

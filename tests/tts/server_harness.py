@@ -1,0 +1,45 @@
+"""A real uvicorn server on 127.0.0.1, run in a thread for the tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
+
+import mlx_speech
+from mlx_speech.server import ServerSettings, create_app
+
+
+class RunningServer:
+    def __init__(self, settings: ServerSettings):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            create_app(settings, mlx_speech.load), log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not become healthy"
+            time.sleep(0.05)
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+        self.sock.close()

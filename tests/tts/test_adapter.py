@@ -1,0 +1,121 @@
+"""The ASGI audio adapter against ASGI peers that misbehave."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import numpy as np
+import pytest
+
+from mlx_speech.audio import Audio
+from mlx_speech.engine import Engine
+from mlx_speech.http.adapter import AudioResponse, Delivery
+from mlx_speech.http.metrics import Metrics
+
+
+def _endless_job(progress: list[int]):
+    def start():
+        index = 0
+        while True:
+            progress.append(index)
+            index += 1
+            yield Audio(np.zeros(960, dtype=np.float32), 48000)
+
+    return start
+
+
+def _delivery(idle_timeout: float, closed: list[bool]) -> Delivery:
+    return Delivery(
+        response_format="pcm",
+        native_rate=48000,
+        output_rate=48000,
+        mode="audio",
+        idle_timeout=idle_timeout,
+        metrics=Metrics(),
+        accepted_at=time.perf_counter(),
+        on_close=lambda: closed.append(True),
+    )
+
+
+def test_a_client_that_stops_reading_is_cancelled_after_the_idle_timeout():
+    engine = Engine()
+    progress: list[int] = []
+    closed: list[bool] = []
+    response = AudioResponse(engine.stream(_endless_job(progress)), _delivery(0.3, closed))
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+        if len(sent) > 3:
+            await anyio.sleep_forever()  # the client's window never opens again
+
+    async def receive():
+        await anyio.sleep_forever()
+
+    async def main():
+        with anyio.fail_after(10):
+            await response({"type": "http"}, receive, send)
+
+    started = time.perf_counter()
+    anyio.run(main)
+    assert 0.3 <= time.perf_counter() - started < 5
+    assert closed == [True]
+    time.sleep(0.2)
+    frames = len(progress)
+    time.sleep(0.2)
+    assert len(progress) == frames and engine.load == (0, 0)
+
+
+def test_disconnect_before_the_first_chunk_cancels_the_job():
+    engine = Engine()
+    closed: list[bool] = []
+
+    def start():
+        while True:
+            yield None  # working on the first chunk
+
+    response = AudioResponse(engine.stream(start), _delivery(30, closed))
+
+    async def receive():
+        await anyio.sleep(0.2)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        raise AssertionError("nothing should be sent")
+
+    async def main():
+        with anyio.fail_after(10):
+            await response({"type": "http"}, receive, send)
+
+    anyio.run(main)
+    assert closed == [True]
+    deadline = time.monotonic() + 5
+    while engine.load != (0, 0):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_failing_send_cancels_the_job():
+    engine = Engine()
+    progress: list[int] = []
+    closed: list[bool] = []
+    response = AudioResponse(engine.stream(_endless_job(progress)), _delivery(30, closed))
+
+    async def send(message):
+        if message["type"] == "http.response.body":
+            raise OSError("connection reset")
+
+    async def receive():
+        await anyio.sleep_forever()
+
+    async def main():
+        await response({"type": "http"}, receive, send)
+
+    with pytest.raises(Exception, match="connection reset|unhandled errors"):
+        anyio.run(main)
+    assert closed == [True]
+    deadline = time.monotonic() + 5
+    while engine.load != (0, 0):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)

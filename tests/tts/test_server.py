@@ -1,0 +1,340 @@
+"""End to end over HTTP against a real uvicorn server on a tiny checkpoint."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+import threading
+import time
+
+import httpx
+import miniaudio
+import numpy as np
+import pytest
+import soundfile
+from server_harness import RunningServer
+
+from mlx_speech.engine import shared_engine
+from mlx_speech.server import ServerSettings
+
+FRAME = 960  # samples per frame of the tiny codec at 48 kHz
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir):
+    with RunningServer(ServerSettings(model=str(speaking_dir))) as running:
+        yield running
+
+
+def speech(server, timeout=60, **body):
+    body.setdefault("input", "Hello there.")
+    return httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=timeout)
+
+
+def decode(data: bytes, response_format: str, rate: int) -> np.ndarray:
+    if response_format == "pcm":
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767
+    if response_format == "flac":  # libsndfile cannot read a FLAC of unknown length
+        decoded = miniaudio.decode(
+            data,
+            output_format=miniaudio.SampleFormat.FLOAT32,
+            nchannels=1,
+            sample_rate=rate,
+        )
+        return np.asarray(decoded.samples, dtype=np.float32)
+    samples, found_rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    assert found_rate == rate
+    return samples
+
+
+def wait_until_idle(timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while shared_engine().load != (0, 0):
+        assert time.monotonic() < deadline, f"worker still busy: {shared_engine().load}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "buffered"])
+@pytest.mark.parametrize("response_format", ["wav", "pcm", "flac", "mp3", "opus"])
+def test_every_format_decodes_to_the_expected_duration(server, response_format, stream):
+    response = speech(
+        server,
+        response_format=response_format,
+        stream=stream,
+        temperature=0,
+        max_new_tokens=25,
+    )
+    assert response.status_code == 200, response.text
+    content_types = {
+        "wav": "audio/wav",
+        "pcm": "audio/pcm",
+        "flac": "audio/flac",
+        "mp3": "audio/mpeg",
+        "opus": "audio/ogg",
+    }
+    assert response.headers["content-type"] == content_types[response_format]
+    assert response.headers["x-audio-sample-rate"] == "48000"
+    assert response.headers["x-audio-channels"] == "1"
+    assert response.headers["cache-control"] == "no-cache"
+    assert ("content-length" in response.headers) == (not stream)
+    if response_format == "pcm":
+        assert response.headers["x-audio-bits"] == "16"
+    samples = decode(response.content, response_format, 48000)
+    expected = 25 * FRAME
+    slack = 4000 if response_format == "mp3" else 0  # encoder delay and padding
+    assert expected <= len(samples) <= expected + slack
+
+
+def test_streamed_wav_has_unknown_sizes(server):
+    data = speech(server, temperature=0, max_new_tokens=5).content
+    assert data[4:8] == b"\xff\xff\xff\xff" and data[40:44] == b"\xff\xff\xff\xff"
+
+
+@pytest.mark.parametrize("rate", [24000, 16000, 44100])
+def test_sample_rate_resamples_the_output(server, rate):
+    response = speech(server, sample_rate=rate, temperature=0, max_new_tokens=25)
+    assert response.headers["x-audio-sample-rate"] == str(rate)
+    samples = decode(response.content, "wav", rate)
+    assert len(samples) == round(25 * FRAME * rate / 48000)
+
+
+def test_sse_audio_concatenates_to_the_buffered_pcm(server):
+    body = {"input": "A longer text. With two sentences.", "seed": 5, "max_new_tokens": 30}
+    buffered = speech(server, response_format="pcm", stream=False, **body).content
+    events = []
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/audio/speech",
+        timeout=60,
+        json={**body, "response_format": "pcm", "stream_format": "sse"},
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1)
+    assert events[-1]["type"] == "speech.audio.done"
+    assert events[-1]["usage"]["output_audio_seconds"] > 0
+    streamed = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    a = np.frombuffer(streamed, "<i2").astype(int)
+    b = np.frombuffer(buffered, "<i2").astype(int)
+    assert a.shape == b.shape and np.abs(a - b).max() <= 4
+
+
+def test_first_bytes_arrive_before_generation_ends(server):
+    started = time.perf_counter()
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/audio/speech",
+        timeout=60,
+        json={"input": "Hello there.", "temperature": 0, "max_new_tokens": 200},
+    ) as response:
+        chunks = response.iter_raw()
+        next(chunks)
+        first = time.perf_counter() - started
+        total_bytes = sum(len(c) for c in chunks)
+    total = time.perf_counter() - started
+    assert total_bytes > 100 * FRAME
+    assert first < total / 5
+
+
+def test_disconnect_mid_stream_frees_the_worker(server):
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/audio/speech",
+        timeout=60,
+        json={"input": "Hello there.", "temperature": 0, "max_new_tokens": 4000},
+    ) as response:
+        next(response.iter_raw())
+    wait_until_idle()
+    started = time.perf_counter()
+    response = speech(server, temperature=0, max_new_tokens=3)
+    assert response.status_code == 200
+    assert time.perf_counter() - started < 10
+
+
+def _stalled_request(server) -> socket.socket:
+    """Sends a streaming request and never reads the response."""
+    body = json.dumps({"input": "Hello there.", "temperature": 0, "max_new_tokens": 4000})
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(
+        f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+    )
+    return sock
+
+
+def test_a_reader_that_stops_does_not_delay_a_second_client(server):
+    stalled = _stalled_request(server)
+    try:
+        time.sleep(0.2)
+        response = speech(server, temperature=0, max_new_tokens=30, timeout=120)
+        assert response.status_code == 200
+        assert len(decode(response.content, "wav", 48000)) == 30 * FRAME
+    finally:
+        stalled.close()
+    wait_until_idle(30)
+
+
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"input": 5}, 400, "input"),
+        ({"input": ""}, 400, "input"),
+        ({"input": "x" * 4097}, 400, "input"),
+        ({"response_format": "aac"}, 400, "response_format"),
+        ({"sample_rate": 7999}, 400, "sample_rate"),
+        ({"sample_rate": "24000"}, 400, "sample_rate"),
+        ({"sample_rate": 44100, "response_format": "opus"}, 400, "sample_rate"),
+        ({"speed": 1.5}, 400, "speed"),
+        ({"speed": 9}, 400, "speed"),
+        ({"speed": "fast"}, 400, "speed"),
+        ({"instructions": "whisper"}, 400, "instructions"),
+        ({"language": "klingon"}, 400, "language"),
+        ({"stream": "yes"}, 400, "stream"),
+        ({"stream_format": "ws"}, 400, "stream_format"),
+        ({"stream_format": "sse", "stream": False}, 400, "stream_format"),
+        ({"temperature": -1}, 400, "temperature"),
+        ({"top_k": "many"}, 400, "top_k"),
+        ({"max_new_tokens": 0}, 400, "max_new_tokens"),
+        ({"seed": 1.5}, 400, "seed"),
+        ({"voice": "alloy"}, 404, "voice"),
+        ({"voice": {"id": "alloy"}}, 404, "voice"),
+        ({"voice": 7}, 400, "voice"),
+        ({"ref_audio": "http://example.com/a.wav"}, 400, "ref_audio"),
+        ({"ref_audio": "file:///etc/passwd"}, 400, "ref_audio"),
+        ({"ref_audio": "%%%not base64"}, 400, "ref_audio"),
+        ({"ref_audio": base64.b64encode(b"not audio").decode()}, 400, "voice"),
+        ({"model": 3}, 400, "model"),
+    ],
+)
+def test_bad_requests_get_their_4xx_and_the_server_still_serves(
+    server, body, status, param
+):
+    response = speech(server, **body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"] and error["type"]
+    assert speech(server, temperature=0, max_new_tokens=2).status_code == 200
+
+
+def test_non_json_and_oversize_bodies(server, speaking_dir):
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        content=b"input=hi",
+        headers={"content-type": "text/plain"},
+    )
+    assert response.status_code == 415
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400 and response.json()["error"]["param"] == "body"
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=[1, 2])
+    assert response.status_code == 400
+    huge = {"input": "hi", "padding": "x" * (31 * 1024 * 1024)}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=huge, timeout=60)
+    assert response.status_code == 413
+    assert httpx.get(f"{server.url}/nowhere").status_code == 404
+    assert httpx.get(f"{server.url}/v1/audio/speech").status_code == 405
+    assert speech(server, temperature=0, max_new_tokens=2).status_code == 200
+
+
+def test_clone_from_base64_and_data_uri(server, reference_clip):
+    clip = base64.b64encode(reference_clip.read_bytes()).decode()
+    for voice in (
+        {"ref_audio": clip},
+        {"voice": {"ref_audio": f"data:audio/wav;base64,{clip}"}},
+    ):
+        response = speech(server, seed=1, max_new_tokens=4, **voice)
+        assert response.status_code == 200, response.text
+        assert len(decode(response.content, "wav", 48000)) == 4 * FRAME
+
+
+def test_info_routes(server, speaking_dir):
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+    models = httpx.get(f"{server.url}/v1/models").json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == str(speaking_dir)
+    assert models["data"][0]["family"] == "moss_tts_nano"
+    assert httpx.get(f"{server.url}/v1/audio/voices").json() == {"voices": []}
+    metrics = httpx.get(f"{server.url}/metrics").text
+    for name in (
+        'mlx_speech_requests_total{status="200"}',
+        "mlx_speech_queue_depth",
+        "mlx_speech_active_streams",
+        "mlx_speech_time_to_first_audio_seconds_bucket",
+        "mlx_speech_real_time_factor_count",
+    ):
+        assert name in metrics
+
+
+def test_api_key(speaking_dir):
+    with RunningServer(
+        ServerSettings(model=str(speaking_dir), api_key="s3cret")
+    ) as running:
+        url = f"{running.url}/v1/models"
+        assert httpx.get(f"{running.url}/health").status_code == 200
+        denied = httpx.get(url)
+        assert (
+            denied.status_code == 401
+            and denied.json()["error"]["type"] == "authentication_error"
+        )
+        assert httpx.get(url, headers={"authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.get(url, headers={"authorization": "Bearer s3cret"}).status_code == 200
+        assert httpx.get(url, headers={"x-api-key": "s3cret"}).status_code == 200
+
+
+def test_requests_beyond_the_queue_get_429(speaking_dir):
+    with RunningServer(ServerSettings(model=str(speaking_dir), max_queue=0)) as running:
+        holders = []
+        try:
+            for _ in range(shared_engine().max_active):
+                holders.append(_stalled_request(running))
+            time.sleep(0.3)
+            response = speech(running, max_new_tokens=2)
+            assert response.status_code == 429
+            assert response.headers["retry-after"].isdigit()
+            assert response.json()["error"]["type"] == "rate_limit_error"
+        finally:
+            for holder in holders:
+                holder.close()
+        wait_until_idle(30)
+        assert speech(running, max_new_tokens=2).status_code == 200
+
+
+def test_openai_sdk_streams_to_a_file(server, tmp_path):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="local")
+    target = tmp_path / "hello.mp3"
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1",
+        voice="default",
+        input="Hello!",
+        response_format="mp3",
+        extra_body={"max_new_tokens": 10, "temperature": 0},
+    ) as response:
+        response.stream_to_file(target)
+    samples, rate = soundfile.read(target)
+    assert rate == 48000 and len(samples) >= 10 * FRAME
+
+
+def test_concurrent_clients_get_identical_seeded_audio(server):
+    results = [None] * 3
+
+    def fetch(index):
+        results[index] = speech(
+            server, seed=21, max_new_tokens=15, response_format="pcm"
+        ).content
+
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert results[0] and results[0] == results[1] == results[2]
