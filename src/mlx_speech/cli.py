@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
 
 
 def _speak_parser(commands) -> None:
@@ -126,13 +130,40 @@ def _serve(args: argparse.Namespace) -> None:
         args.host,
         args.port,
     )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=5,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
     )
+    _run_until_signalled(server)
+    if not server.started:
+        raise RuntimeError(
+            f"could not serve on {args.host}:{args.port} (see the log above)"
+        )
+
+
+def _run_until_signalled(server) -> None:
+    """Serve in a thread; SIGINT/SIGTERM stop it gracefully (a second one forces)
+    and the process then exits 0, as a service manager expects."""
+
+    def stop(signum, frame) -> None:
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    thread = threading.Thread(target=server.run, name="uvicorn")
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _speak(args: argparse.Namespace) -> None:
