@@ -51,6 +51,7 @@ def family_loader(model_dir: Path) -> Callable[[Path], object]:
     if model_type not in FAMILIES:
         supported = ", ".join(sorted(FAMILIES))
         raise ModelLoadError(
-            f"unsupported model_type {model_type!r} in {config_path}; supported: {supported}"
+            f"unsupported model_type {model_type!r} in {config_path}; "
+            f"supported: {supported}"
         )
     return FAMILIES[model_type]

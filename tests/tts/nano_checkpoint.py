@@ -219,7 +219,10 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
 
     recorder = _ProjectionRecorder(model.local_transformer, direction)
     model.local_transformer = recorder
-    always_continue = lambda logits, keys: mx.zeros((1,), dtype=mx.int32)
+
+    def always_continue(logits, keys):
+        return mx.zeros((1,), dtype=mx.int32)
+
     sampling = FrameSampling(
         text=always_continue,
         audio=HeadSampler(0.8, 25, 0.95),

@@ -14,14 +14,17 @@ from mlx_speech.server import ServerSettings, create_app
 
 
 class RunningServer:
-    def __init__(self, settings: ServerSettings):
+    def __init__(
+        self, settings: ServerSettings, load=mlx_speech.load, wait_until_healthy=True
+    ):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            create_app(settings, mlx_speech.load), log_level="warning", lifespan="on"
+            create_app(settings, load), log_level="warning", lifespan="on"
         )
+        self._wait_until_healthy = wait_until_healthy
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -30,10 +33,18 @@ class RunningServer:
     def __enter__(self):
         self.thread.start()
         deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        if self._wait_until_healthy:
+            self.wait_until_healthy(deadline)
+        return self
+
+    def wait_until_healthy(self, deadline: float) -> None:
         while True:
             try:
                 if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
-                    return self
+                    return
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, "server did not become healthy"

@@ -119,3 +119,61 @@ def test_a_failing_send_cancels_the_job():
     while engine.load != (0, 0):
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def _events(sent: list[dict]) -> list[dict]:
+    import json
+
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return [
+        json.loads(line[6:])
+        for line in body.decode().splitlines()
+        if line.startswith("data: ")
+    ]
+
+
+def test_a_failure_mid_stream_becomes_an_sse_error_event():
+    engine = Engine()
+    closed: list[bool] = []
+
+    def start():
+        yield Audio(np.zeros(960, dtype=np.float32), 48000)
+        raise RuntimeError("codec exploded")
+
+    delivery = _delivery(30, closed)
+    delivery.mode = "sse"
+    response = AudioResponse(engine.stream(start), delivery)
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        await anyio.sleep_forever()
+
+    anyio.run(response, {"type": "http"}, receive, send)
+    events = _events(sent)
+    assert [e["type"] for e in events] == ["speech.audio.delta", "speech.audio.error"]
+    assert events[1]["error"]["message"] == "codec exploded"
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+def test_a_failure_before_any_audio_is_a_json_500():
+    engine = Engine()
+
+    def start():
+        raise RuntimeError("the codec produced non-finite audio")
+        yield
+
+    response = AudioResponse(engine.stream(start), _delivery(30, []))
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        await anyio.sleep_forever()
+
+    anyio.run(response, {"type": "http"}, receive, send)
+    assert sent[0]["status"] == 500
+    assert b'"type":"server_error"' in sent[1]["body"]

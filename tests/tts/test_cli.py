@@ -26,8 +26,18 @@ def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
 
 def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
     out = tmp_path / "hello.flac"
-    result = run("speak", "Hello there.", "--model", str(speaking_dir), "-o", str(out),
-                 "--temperature", "0", "--max-new-tokens", "12")
+    result = run(
+        "speak",
+        "Hello there.",
+        "--model",
+        str(speaking_dir),
+        "-o",
+        str(out),
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "12",
+    )
     assert result.returncode == 0, result.stderr
     samples, rate = soundfile.read(out)
     assert rate == 48000 and len(samples) == 12 * 960
@@ -37,16 +47,41 @@ def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
 
 def test_speak_reads_standard_input_and_honours_format(speaking_dir, tmp_path):
     out = tmp_path / "speech.out"
-    result = run("speak", "-", "--model", str(speaking_dir), "-o", str(out), "--format", "wav",
-                 "--seed", "3", "--max-new-tokens", "5", stdin="Read from standard input.")
+    result = run(
+        "speak",
+        "-",
+        "--model",
+        str(speaking_dir),
+        "-o",
+        str(out),
+        "--format",
+        "wav",
+        "--seed",
+        "3",
+        "--max-new-tokens",
+        "5",
+        stdin="Read from standard input.",
+    )
     assert result.returncode == 0, result.stderr
     assert soundfile.info(out).format == "WAV"
 
 
 def test_speak_clones_from_a_reference_file(speaking_dir, reference_clip, tmp_path):
     out = tmp_path / "clone.wav"
-    result = run("speak", "Hello.", "--model", str(speaking_dir), "--ref-audio",
-                 str(reference_clip), "-o", str(out), "--max-new-tokens", "4", "--seed", "1")
+    result = run(
+        "speak",
+        "Hello.",
+        "--model",
+        str(speaking_dir),
+        "--ref-audio",
+        str(reference_clip),
+        "-o",
+        str(out),
+        "--max-new-tokens",
+        "4",
+        "--seed",
+        "1",
+    )
     assert result.returncode == 0, result.stderr
     assert len(soundfile.read(out)[0]) == 4 * 960
 
@@ -56,16 +91,23 @@ def test_speak_clones_from_a_reference_file(speaking_dir, reference_clip, tmp_pa
     [
         (["speak", "Hi", "--model", "/nowhere/at/all"], "model directory not found"),
         (["speak", "", "--model", "{model}"], "text must be a non-empty string"),
-        (["speak", "Hi", "--model", "{model}", "--temperature", "-1"], "temperature must be >= 0"),
-        (["speak", "Hi", "--model", "{model}", "-o", "x.aac"], "unknown audio format 'aac'"),
+        (
+            ["speak", "Hi", "--model", "{model}", "--temperature", "-1"],
+            "temperature must be >= 0",
+        ),
+        (
+            ["speak", "Hi", "--model", "{model}", "-o", "x.aac"],
+            "unknown audio format 'aac'",
+        ),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(speaking_dir, tmp_path, args, message):
     args = [arg.replace("{model}", str(speaking_dir)) for arg in args]
     if "-o" not in args:
         args += ["-o", str(tmp_path / "out.wav")]
-    result = subprocess.run([MLX_SPEECH, *args], capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [MLX_SPEECH, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -76,10 +118,26 @@ def test_help_lists_every_flag(command):
     result = run(command, "--help")
     assert result.returncode == 0
     expected = {
-        "speak": ["--model", "--voice", "--ref-audio", "--output", "--format", "--seed",
-                  "--temperature", "--max-new-tokens"],
-        "serve": ["--model", "--host", "--port", "--api-key", "--max-queue",
-                  "--max-input-chars", "--max-ref-bytes", "--stream-idle-timeout"],
+        "speak": [
+            "--model",
+            "--voice",
+            "--ref-audio",
+            "--output",
+            "--format",
+            "--seed",
+            "--temperature",
+            "--max-new-tokens",
+        ],
+        "serve": [
+            "--model",
+            "--host",
+            "--port",
+            "--api-key",
+            "--max-queue",
+            "--max-input-chars",
+            "--max-ref-bytes",
+            "--stream-idle-timeout",
+        ],
     }[command]
     for flag in expected:
         assert flag in result.stdout
@@ -92,7 +150,9 @@ def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
         port = probe.getsockname()[1]
     server = subprocess.Popen(
         [MLX_SPEECH, "serve", "--model", str(speaking_dir), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "MLX_SPEECH_API_KEY": ""},
     )
     try:
@@ -106,8 +166,12 @@ def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
                 pass
             assert time.monotonic() < deadline and server.poll() is None
             time.sleep(0.1)
-        with httpx.stream("POST", f"{url}/v1/audio/speech", timeout=30,
-                          json={"input": "Hello.", "max_new_tokens": 4000}) as response:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/audio/speech",
+            timeout=30,
+            json={"input": "Hello.", "max_new_tokens": 4000},
+        ) as response:
             next(response.iter_raw())
             server.send_signal(sig)
             started = time.monotonic()

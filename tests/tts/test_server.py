@@ -16,6 +16,7 @@ import pytest
 import soundfile
 from server_harness import RunningServer
 
+import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.server import ServerSettings
 
@@ -338,3 +339,25 @@ def test_concurrent_clients_get_identical_seeded_audio(server):
     for thread in threads:
         thread.join(timeout=120)
     assert results[0] and results[0] == results[1] == results[2]
+
+
+def test_health_and_speech_answer_503_while_loading(speaking_dir):
+    release = threading.Event()
+
+    def slow_load(model):
+        release.wait(30)
+        return mlx_speech.load(model)
+
+    settings = ServerSettings(model=str(speaking_dir))
+    with RunningServer(settings, load=slow_load, wait_until_healthy=False) as running:
+        try:
+            assert httpx.get(f"{running.url}/health").json() == {"status": "loading"}
+            busy = speech(running)
+            assert (
+                busy.status_code == 503
+                and "still loading" in busy.json()["error"]["message"]
+            )
+        finally:
+            release.set()
+        running.wait_until_healthy(time.monotonic() + 30)
+        assert speech(running, max_new_tokens=2).status_code == 200

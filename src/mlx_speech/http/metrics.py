@@ -27,7 +27,7 @@ class Histogram:
         out = [f"# TYPE {name} histogram"]
         out += [
             f'{name}_bucket{{le="{bound:g}"}} {count}'
-            for bound, count in zip(self.buckets, self.counts)
+            for bound, count in zip(self.buckets, self.counts, strict=False)
         ]
         out += [
             f'{name}_bucket{{le="+Inf"}} {self.total}',

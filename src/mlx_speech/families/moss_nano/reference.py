@@ -1,4 +1,4 @@
-"""Reference clips for voice cloning: decoded, resampled and checked on the caller's thread."""
+"""Reference clips for voice cloning: decoded, resampled and checked by the caller."""
 
 from __future__ import annotations
 
