@@ -309,20 +309,29 @@ def test_requests_beyond_the_queue_get_429(speaking_dir):
         assert speech(running, max_new_tokens=2).status_code == 200
 
 
-def test_openai_sdk_streams_to_a_file(server, tmp_path):
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "buffered"])
+@pytest.mark.parametrize("response_format", ["wav", "pcm", "flac", "mp3", "opus"])
+def test_openai_sdk_gets_every_format(server, tmp_path, response_format, stream):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="local")
-    target = tmp_path / "hello.mp3"
+    target = tmp_path / f"hello.{response_format}"
+    extra = {
+        "max_new_tokens": 10,
+        "temperature": 0,
+        **({} if stream else {"stream": False}),
+    }
     with client.audio.speech.with_streaming_response.create(
         model="tts-1",
         voice="default",
         input="Hello!",
-        response_format="mp3",
-        extra_body={"max_new_tokens": 10, "temperature": 0},
+        response_format=response_format,
+        extra_body=extra,
     ) as response:
         response.stream_to_file(target)
-    samples, rate = soundfile.read(target)
-    assert rate == 48000 and len(samples) >= 10 * FRAME
+    samples = decode(target.read_bytes(), response_format, 48000)
+    assert (
+        10 * FRAME <= len(samples) <= 10 * FRAME + (4000 if response_format == "mp3" else 0)
+    )
 
 
 def test_concurrent_clients_get_identical_seeded_audio(server):
