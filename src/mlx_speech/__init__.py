@@ -15,14 +15,27 @@ from .engine import shared_engine
 from .errors import GenerationError, ModelLoadError
 from .registry import family_loader, resolve_model_dir
 from .tts import TTS
+from .voice_store import VoiceStore
 
 DEFAULT_MODEL = "mlx-community/MOSS-TTS-Nano-100M"
 
-__all__ = ["DEFAULT_MODEL", "TTS", "Audio", "GenerationError", "ModelLoadError", "load"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "TTS",
+    "Audio",
+    "GenerationError",
+    "ModelLoadError",
+    "VoiceStore",
+    "load",
+]
 
 
-def load(model: str | Path = DEFAULT_MODEL) -> TTS:
-    """Load a checkpoint (local directory or hub id); its family comes from config.json."""
+def load(model: str | Path = DEFAULT_MODEL, voices_dir: str | Path | None = None) -> TTS:
+    """Load a checkpoint (local directory or hub id); its family comes from config.json.
+
+    ``voices_dir`` holds saved voices (default: a per-user data directory);
+    ``voice="NAME"`` then uses one.
+    """
     model_dir = resolve_model_dir(model)
     loader = family_loader(model_dir)
     engine = shared_engine()
@@ -35,4 +48,4 @@ def load(model: str | Path = DEFAULT_MODEL) -> TTS:
         except Exception as error:
             raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
 
-    return TTS(engine.call(load_on_worker), engine)
+    return TTS(engine.call(load_on_worker), engine, VoiceStore(voices_dir))

@@ -8,12 +8,14 @@ import numpy as np
 
 from .audio import Audio
 from .engine import ChunkStream, Engine
+from .voice_store import UnknownVoice, VoiceStore
 
 
 class TTS:
-    def __init__(self, service: Any, engine: Engine):
+    def __init__(self, service: Any, engine: Engine, voice_store: VoiceStore):
         self._service = service
         self._engine = engine
+        self.voice_store = voice_store
 
     @property
     def family(self) -> str:
@@ -26,6 +28,19 @@ class TTS:
     @property
     def voices(self) -> list[str]:
         return list(self._service.voices)
+
+    def stats(self) -> dict[str, int]:
+        """The family's counters (e.g. reference cache hits)."""
+        return dict(self._service.stats())
+
+    def resolve_voice(self, voice: Any) -> Any:
+        """A name that is neither "default" nor a preset may be a saved voice."""
+        if not isinstance(voice, str) or voice == "default" or voice in self.voices:
+            return voice
+        try:
+            return self.voice_store.get(voice)
+        except UnknownVoice:
+            return voice
 
     @property
     def max_active_jobs(self) -> int:
@@ -48,7 +63,7 @@ class TTS:
         """
         request = self._service.prepare(
             text,
-            voice=voice,
+            voice=self.resolve_voice(voice),
             ref_text=ref_text,
             instructions=instructions,
             language=language,

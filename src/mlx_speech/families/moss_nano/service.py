@@ -3,6 +3,7 @@ and synthesis (worker thread)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.tts.models.moss_tts_nano import Model
 from mlx_audio.tts.models.moss_tts_nano.text import (
@@ -20,7 +22,9 @@ from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
+from ...voice_store import SavedVoice
 from ..options import SamplingOptions, parse_sampling
+from ..reference_cache import ReferenceCache, clip_key
 from .codec import ChunkSchedule, StreamingAudioDecoder, samples_per_frame
 from .loop import FrameSampling, frames
 from .reference import is_audio_path, load_reference
@@ -38,9 +42,19 @@ MAX_FRAMES_PER_SEGMENT = 4096
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A clip to clone: its codes when already known, else the audio to encode."""
+
+    samples: np.ndarray | None  # [samples, channels] at the codec rate
+    codes: np.ndarray | None  # [frames, n_vq]
+    key: str | None = None
+    saved: SavedVoice | None = None
+
+
+@dataclass(frozen=True)
 class NanoRequest:
     segments: list[str]
-    reference: np.ndarray | None  # [samples, channels] at the codec rate
+    reference: Reference | None
     sampling: FrameSampling
     seed: int
 
@@ -49,11 +63,21 @@ class NanoService:
     name = FAMILY
     voices: tuple[str, ...] = ()
 
-    def __init__(self, model: Model, codec: MossAudioTokenizer):
+    def __init__(self, model: Model, codec: MossAudioTokenizer, codec_id: str):
         self._model = model
         self._codec = codec
+        self._codec_id = codec_id
+        self._references = ReferenceCache()
+        self._encodes = 0
         self.sample_rate = int(codec.sample_rate)
         self.samples_per_frame = samples_per_frame(codec)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "reference_cache_hits": self._references.hits,
+            "reference_cache_misses": self._references.misses,
+            "reference_encodes": self._encodes,
+        }
 
     # Caller's thread: nothing here touches MLX.
     def prepare(
@@ -91,21 +115,35 @@ class NanoService:
             seed=options.seed,
         )
 
-    def _reference(self, voice: Any) -> np.ndarray | None:
+    def _reference(self, voice: Any) -> Reference | None:
         if voice is None or voice == "default":
             return None
+        if isinstance(voice, SavedVoice):
+            stored = voice.load_codes(self._codec_id)
+            if stored is not None:
+                return Reference(samples=None, codes=stored, saved=voice)
+            samples = self._clip(voice.clip)
+            return Reference(samples, self._cached(samples), clip_key(samples), voice)
         if isinstance(voice, str) and not is_audio_path(voice):
             raise InvalidRequest(
                 "voice",
-                f"unknown voice {voice!r}: MOSS-TTS-Nano has no preset voices; pass "
-                "'default', a path to an audio file, audio bytes or (samples, sample_rate)",
+                f"unknown voice {voice!r}: not a saved voice, and MOSS-TTS-Nano has no "
+                "presets; pass 'default', a saved voice name, a path to an audio file, "
+                "audio bytes or (samples, sample_rate)",
             )
+        samples = self._clip(voice)
+        return Reference(samples, self._cached(samples), clip_key(samples))
+
+    def _clip(self, source: Any) -> np.ndarray:
         return load_reference(
-            voice,
+            source,
             sample_rate=self.sample_rate,
             channels=self._codec.channels,
             samples_per_frame=self.samples_per_frame,
         )
+
+    def _cached(self, samples: np.ndarray) -> np.ndarray | None:
+        return self._references.get(clip_key(samples))
 
     # Worker thread.
     def synthesize(self, request: NanoRequest) -> Iterator[Audio | None]:
@@ -114,9 +152,7 @@ class NanoService:
         n_vq = self._model.config.n_vq
         reference_codes = None
         if request.reference is not None:
-            reference_codes = self._codec.encode_audio(
-                request.reference, sample_rate=self.sample_rate, num_quantizers=n_vq
-            )
+            reference_codes = mx.array(self._reference_codes(request.reference))
         decoder = StreamingAudioDecoder(self._codec, n_vq)
         schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
@@ -132,6 +168,21 @@ class NanoService:
                 gathered = []
         if gathered:
             yield self._chunk(decoder, gathered, schedule)
+
+    def _reference_codes(self, reference: Reference) -> np.ndarray:
+        if reference.codes is not None:
+            return reference.codes
+        encoded = self._codec.encode_audio(
+            reference.samples,
+            sample_rate=self.sample_rate,
+            num_quantizers=self._model.config.n_vq,
+        )
+        codes = np.asarray(encoded, dtype=np.int32)
+        self._encodes += 1
+        self._references.put(reference.key, codes)
+        if reference.saved is not None:
+            reference.saved.save_codes(self._codec_id, codes)
+        return codes
 
     def _prompt(self, segment: str, reference_codes: mx.array | None) -> mx.array:
         input_ids, _ = self._model.build_inference_input_ids(
@@ -177,4 +228,13 @@ def load(model_dir: Path) -> NanoService:
             f"fetching {fallback or 'the default codec'} failed ({error})"
         ) from error
     model.audio_tokenizer = codec
-    return NanoService(model, codec)
+    return NanoService(model, codec, _codec_id(codec))
+
+
+def _codec_id(codec: MossAudioTokenizer) -> str:
+    """Names the codec's weights, so stored codes are reused only with the same codec."""
+    digest = hashlib.sha256()
+    for name, value in sorted(tree_flatten(codec.parameters())):
+        digest.update(name.encode())
+        digest.update(np.asarray(value).tobytes())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,51 @@
+"""Encoded reference clips, kept in memory (LRU, bounded in bytes)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+def clip_key(samples: np.ndarray) -> str:
+    """Identifies decoded audio, however it was sent (base64, file, samples)."""
+    digest = hashlib.sha256(str(samples.shape).encode())
+    digest.update(np.ascontiguousarray(samples, dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+class ReferenceCache:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> np.ndarray | None:
+        with self._lock:
+            codes = self._entries.get(key)
+            if codes is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return codes
+
+    def put(self, key: str, codes: np.ndarray) -> None:
+        if codes.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            previous = self._entries.pop(key, None)
+            if previous is not None:
+                self._bytes -= previous.nbytes
+            self._entries[key] = codes
+            self._bytes += codes.nbytes
+            while self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes

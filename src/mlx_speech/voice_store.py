@@ -1,0 +1,234 @@
+"""Saved voices: a directory of clips that survive restarts and crashes.
+
+Each voice is a folder ``<dir>/<name>/`` holding the clip as uploaded
+(``clip.<ext>``), ``voice.json`` (name, ref_text, created, duration) and, once
+a model has encoded it, ``codes-<codec id>.npy``. A voice appears by renaming a
+fully written, fsynced temporary folder into place, and disappears by renaming
+it away before deletion, so a crash at any point leaves every saved voice
+whole and no half voice visible.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from .errors import InvalidRequest
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+RESERVED_NAMES = {"default"}
+MIN_SECONDS, MAX_SECONDS = 0.5, 30.0
+_PENDING_PREFIX = ".pending-"
+_DELETED_PREFIX = ".deleted-"
+
+
+class VoiceExists(Exception):
+    pass
+
+
+class UnknownVoice(KeyError):
+    pass
+
+
+def default_voices_dir() -> Path:
+    """Per-user data directory: ~/Library/Application Support on macOS, XDG elsewhere."""
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "mlx-speech" / "voices"
+
+
+@dataclass(frozen=True)
+class SavedVoice:
+    name: str
+    folder: Path
+    clip_name: str
+    ref_text: str | None
+    created: float
+    duration_s: float
+
+    @property
+    def clip(self) -> Path:
+        return self.folder / self.clip_name
+
+    def describe(self) -> dict:
+        entry = {
+            "name": self.name,
+            "kind": "saved",
+            "duration_s": round(self.duration_s, 3),
+        }
+        entry["created"] = int(self.created)
+        if self.ref_text is not None:
+            entry["ref_text"] = self.ref_text
+        return entry
+
+    def codes_path(self, codec_id: str) -> Path:
+        return self.folder / f"codes-{codec_id}.npy"
+
+    def load_codes(self, codec_id: str) -> np.ndarray | None:
+        try:
+            return np.load(self.codes_path(codec_id), allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+
+    def save_codes(self, codec_id: str, codes: np.ndarray) -> None:
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(codes, dtype=np.int32), allow_pickle=False)
+        _write_atomically(self.codes_path(codec_id), buffer.getvalue())
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f"{_PENDING_PREFIX}{secrets.token_hex(6)}-{path.name}")
+    _write_file(temporary, data)
+    os.replace(temporary, path)
+    _fsync_dir(path.parent)
+
+
+def validate_name(name: object) -> str:
+    if (
+        not isinstance(name, str)
+        or not NAME_PATTERN.fullmatch(name)
+        or name.startswith(".")
+    ):
+        raise InvalidRequest(
+            "name", "voice names are 1-64 of A-Z a-z 0-9 _ . - and do not start with '.'"
+        )
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidRequest("name", f"{name!r} is reserved")
+    return name
+
+
+def clip_duration(clip: bytes) -> tuple[float, str]:
+    """Seconds of audio and the container's file suffix; InvalidRequest if unusable."""
+    try:
+        info = soundfile.info(io.BytesIO(clip))
+    except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
+        raise InvalidRequest(
+            "audio_sample", f"the clip could not be decoded: {error}"
+        ) from None
+    seconds = info.frames / info.samplerate if info.samplerate else 0.0
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise InvalidRequest(
+            "audio_sample", f"the clip is {seconds:.2f} s; voices need {MIN_SECONDS}-30 s"
+        )
+    return seconds, info.format.lower()
+
+
+class VoiceStore:
+    def __init__(self, directory: str | Path | None = None):
+        self.directory = Path(directory).expanduser() if directory else default_voices_dir()
+
+    def _ready(self) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return self.directory
+
+    def list(self) -> list[SavedVoice]:
+        if not self.directory.is_dir():
+            return []
+        voices = []
+        for folder in sorted(self.directory.iterdir()):
+            if folder.name.startswith("."):
+                continue
+            voice = self._read(folder)
+            if voice is not None:
+                voices.append(voice)
+        return voices
+
+    def get(self, name: str) -> SavedVoice:
+        if not NAME_PATTERN.fullmatch(name) or name.startswith("."):
+            raise UnknownVoice(name)
+        voice = self._read(self.directory / name)
+        if voice is None:
+            raise UnknownVoice(name)
+        return voice
+
+    def _read(self, folder: Path) -> SavedVoice | None:
+        try:
+            meta = json.loads((folder / "voice.json").read_text())
+            voice = SavedVoice(
+                name=folder.name,
+                folder=folder,
+                clip_name=meta["clip"],
+                ref_text=meta.get("ref_text"),
+                created=float(meta["created"]),
+                duration_s=float(meta["duration_s"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return voice if voice.clip.is_file() else None
+
+    def add(self, name: str, clip: bytes, ref_text: str | None = None) -> SavedVoice:
+        name = validate_name(name)
+        if ref_text is not None and not isinstance(ref_text, str):
+            raise InvalidRequest("ref_text", "ref_text must be a string")
+        seconds, suffix = clip_duration(clip)
+        root = self._ready()
+        if (root / name).exists():
+            raise VoiceExists(name)
+        pending = root / f"{_PENDING_PREFIX}{secrets.token_hex(8)}"
+        pending.mkdir()
+        try:
+            clip_name = f"clip.{suffix}"
+            _write_file(pending / clip_name, clip)
+            meta = {
+                "clip": clip_name,
+                "ref_text": ref_text,
+                "created": time.time(),
+                "duration_s": seconds,
+            }
+            _write_file(pending / "voice.json", json.dumps(meta).encode())
+            _fsync_dir(pending)
+            try:
+                os.rename(pending, root / name)  # atomic; fails if the name appeared
+            except OSError:
+                raise VoiceExists(name) from None
+            _fsync_dir(root)
+        finally:
+            if pending.exists():
+                shutil.rmtree(pending, ignore_errors=True)
+        return self.get(name)
+
+    def remove(self, name: str) -> None:
+        voice = self.get(name)
+        doomed = self.directory / f"{_DELETED_PREFIX}{secrets.token_hex(8)}"
+        os.rename(voice.folder, doomed)
+        _fsync_dir(self.directory)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def sweep(self) -> None:
+        """Remove what interrupted writes and deletions left behind."""
+        if not self.directory.is_dir():
+            return
+        for leftover in self.directory.iterdir():
+            if leftover.name.startswith((_PENDING_PREFIX, _DELETED_PREFIX)):
+                shutil.rmtree(leftover, ignore_errors=True)
+            elif leftover.is_dir():
+                for partial in leftover.glob(f"{_PENDING_PREFIX}*"):
+                    partial.unlink(missing_ok=True)
