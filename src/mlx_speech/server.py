@@ -12,10 +12,14 @@ import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -24,8 +28,9 @@ from .errors import InvalidRequest
 from .http.adapter import AudioResponse, Delivery
 from .http.errors import ApiError
 from .http.metrics import Metrics
-from .http.speech_request import parse_speech_request
+from .http.speech_request import RequestRules, parse_speech_request
 from .tts import TTS
+from .voice_store import UnknownVoice, VoiceExists, VoiceStore
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -40,6 +45,8 @@ class ServerSettings:
     max_ref_bytes: int = 20 * 1024 * 1024
     stream_idle_timeout: float = 30.0
     retry_after_seconds: int = 2
+    voices_dir: Path | None = None  # None: the per-user default
+    allowed_local_media_path: Path | None = None  # None: file:// refused
 
 
 class ModelSlot:
@@ -82,16 +89,26 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
     slot = ModelSlot(settings.model, load)
     metrics = Metrics()
     in_flight = Counter()
+    store = VoiceStore(settings.voices_dir)
+    store.sweep()
+
+    def find_saved_voice(name: str):
+        try:
+            return store.get(name)
+        except UnknownVoice:
+            return None
 
     async def speech(request: Request) -> Response:
         tts = slot.ready()
         body = await _json_body(request, settings.max_body_bytes)
-        parsed = parse_speech_request(
-            body,
+        rules = RequestRules(
             max_input_chars=settings.max_input_chars,
-            presets=tuple(tts.voices),
             max_ref_bytes=settings.max_ref_bytes,
+            presets=tuple(tts.voices),
+            find_saved_voice=find_saved_voice,
+            media_root=settings.allowed_local_media_path,
         )
+        parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
         waiting = in_flight.value - tts.max_active_jobs
         if waiting >= settings.max_queue:
             raise ApiError(
@@ -133,10 +150,33 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
         return AudioResponse(chunks, delivery)
 
     async def voices(request: Request) -> Response:
+        presets = [{"name": name, "kind": "preset"} for name in slot.ready().voices]
+        saved = await anyio.to_thread.run_sync(store.list)
+        return JSONResponse({"voices": presets + [voice.describe() for voice in saved]})
+
+    async def add_voice(request: Request) -> Response:
         tts = slot.ready()
-        return JSONResponse(
-            {"voices": [{"name": name, "kind": "preset"} for name in tts.voices]}
-        )
+        name, clip, ref_text = await _voice_upload(request, settings.max_ref_bytes)
+        if name.lower() in {preset.lower() for preset in tts.voices}:
+            raise ApiError(409, f"{name!r} is a preset voice of this model", param="name")
+        try:
+            voice = await anyio.to_thread.run_sync(store.add, name, clip, ref_text)
+        except VoiceExists:
+            raise ApiError(
+                409, f"a voice named {name!r} already exists", param="name"
+            ) from None
+        except InvalidRequest as error:
+            raise ApiError(400, str(error), param=error.param) from None
+        log.info("saved voice %s (%.1f s)", voice.name, voice.duration_s)
+        return JSONResponse(voice.describe(), status_code=201)
+
+    async def remove_voice(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            await anyio.to_thread.run_sync(store.remove, name)
+        except UnknownVoice:
+            raise ApiError(404, f"no saved voice named {name!r}", param="name") from None
+        return Response(status_code=204)
 
     async def models(request: Request) -> Response:
         entry: dict[str, Any] = {
@@ -158,14 +198,18 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
         waiting = 0
         if slot.tts is not None:
             waiting = max(0, in_flight.value - slot.tts.max_active_jobs)
+        counters = slot.tts.stats() if slot.tts is not None else {}
         return PlainTextResponse(
-            metrics.render(queue_depth=waiting), media_type="text/plain; version=0.0.4"
+            metrics.render(queue_depth=waiting, counters=counters),
+            media_type="text/plain; version=0.0.4",
         )
 
     app = Starlette(
         routes=[
             Route("/v1/audio/speech", speech, methods=["POST"]),
             Route("/v1/audio/voices", voices, methods=["GET"]),
+            Route("/v1/audio/voices", add_voice, methods=["POST"]),
+            Route("/v1/audio/voices/{name}", remove_voice, methods=["DELETE"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", prometheus, methods=["GET"]),
@@ -217,6 +261,36 @@ async def _json_body(request: Request, limit: int) -> Any:
         raise ApiError(
             400, f"the request body is not valid JSON: {error}", param="body"
         ) from None
+
+
+async def _voice_upload(request: Request, max_bytes: int) -> tuple[str, bytes, str | None]:
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise ApiError(415, "upload voices as multipart/form-data")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes + 64 * 1024:
+        raise ApiError(
+            413, f"the clip is larger than {max_bytes} bytes", param="audio_sample"
+        )
+    try:
+        form = await request.form(max_files=1, max_fields=8, max_part_size=max_bytes)
+    except MultiPartException as error:
+        raise ApiError(400, f"bad multipart body: {error.message}") from None
+    upload = form.get("audio_sample")
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "audio_sample (a file) is required", param="audio_sample")
+    clip = await upload.read(max_bytes + 1)
+    if len(clip) > max_bytes:
+        raise ApiError(
+            413, f"the clip is larger than {max_bytes} bytes", param="audio_sample"
+        )
+    name = form.get("name")
+    if not isinstance(name, str):
+        raise ApiError(400, "name is required", param="name")
+    ref_text = form.get("ref_text")
+    if ref_text is not None and not isinstance(ref_text, str):
+        raise ApiError(400, "ref_text must be text", param="ref_text")
+    return name, clip, ref_text
 
 
 async def _api_error(request: Request, error: ApiError) -> Response:

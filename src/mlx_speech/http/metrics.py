@@ -58,7 +58,7 @@ class Metrics:
             with self._lock:
                 self._rtf.observe(generation_seconds / audio_seconds)
 
-    def render(self, queue_depth: int) -> str:
+    def render(self, queue_depth: int, counters: dict[str, int]) -> str:
         with self._lock:
             lines = ["# TYPE mlx_speech_requests_total counter"]
             lines += [
@@ -71,6 +71,11 @@ class Metrics:
                 "# TYPE mlx_speech_active_streams gauge",
                 f"mlx_speech_active_streams {self.active_streams}",
             ]
+            for name, value in sorted(counters.items()):
+                lines += [
+                    f"# TYPE mlx_speech_{name}_total counter",
+                    f"mlx_speech_{name}_total {value}",
+                ]
             lines += self._ttfa.lines("mlx_speech_time_to_first_audio_seconds")
             lines += self._rtf.lines("mlx_speech_real_time_factor")
         return "\n".join(lines) + "\n"

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from numbers import Real
+from pathlib import Path
 from typing import Any
 
 from .containers import CONTENT_TYPES, unsupported_rate
 from .errors import ApiError
+from .media import read_local_media
 
 SAMPLING_FIELDS = (
     "temperature",
@@ -25,9 +28,20 @@ MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
 @dataclass(frozen=True)
+class RequestRules:
+    """What the server allows and knows while parsing a request."""
+
+    max_input_chars: int
+    max_ref_bytes: int
+    presets: tuple[str, ...]
+    find_saved_voice: Callable[[str], Any]  # name → saved voice or None
+    media_root: Path | None = None
+
+
+@dataclass(frozen=True)
 class SpeechRequest:
     text: str
-    voice: Any  # None (the model's own voice), a preset name, or reference audio bytes
+    voice: Any  # None (the model's own voice), a preset name, a saved voice, or clip bytes
     response_format: str
     sample_rate: int | None
     stream: bool
@@ -59,30 +73,34 @@ def _text(body: dict, max_chars: int) -> str:
     return text
 
 
-def _reference_bytes(value: Any, param: str, max_bytes: int) -> bytes:
+def _reference_bytes(value: Any, param: str, rules: RequestRules) -> bytes:
     if not isinstance(value, str) or not value:
-        raise _bad(param, f"{param} must be a base64 string or a data: URI")
+        raise _bad(param, f"{param} must be a base64 string, a data: URI or a file:// URI")
     scheme = value.split(":", 1)[0].lower() if ":" in value[:16] else ""
     if scheme in ("http", "https"):
         raise _bad(
-            param, f"{param}: URLs are not fetched by the server; send the clip base64"
+            param,
+            f"{param}: URLs are not fetched by the server; "
+            "upload the clip or send it base64",
         )
     if scheme == "file":
-        raise _bad(param, f"{param}: file:// references are refused; send the clip base64")
+        return read_local_media(value, rules.media_root, rules.max_ref_bytes, param)
     payload = value
     if scheme == "data":
         header, _, payload = value.partition(",")
         if not header.endswith(";base64"):
             raise _bad(param, f"{param}: data: URIs must be base64 encoded")
-    if len(payload) * 3 // 4 > max_bytes:
-        raise ApiError(413, f"{param} is larger than {max_bytes} bytes", param=param)
+    if len(payload) * 3 // 4 > rules.max_ref_bytes:
+        raise ApiError(
+            413, f"{param} is larger than {rules.max_ref_bytes} bytes", param=param
+        )
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise _bad(param, f"{param} is not valid base64") from None
 
 
-def _voice(body: dict, presets: tuple[str, ...], max_ref_bytes: int) -> tuple[Any, Any]:
+def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
     """(voice for the model, ref_text)."""
     voice = body.get("voice")
     ref_text = _optional_string(body, "ref_text")
@@ -91,9 +109,7 @@ def _voice(body: dict, presets: tuple[str, ...], max_ref_bytes: int) -> tuple[An
             ref_text = voice.get("ref_text", ref_text)
             if ref_text is not None and not isinstance(ref_text, str):
                 raise _bad("voice", "voice.ref_text must be a string")
-            return _reference_bytes(
-                voice["ref_audio"], "voice.ref_audio", max_ref_bytes
-            ), ref_text
+            return _reference_bytes(voice["ref_audio"], "voice.ref_audio", rules), ref_text
         voice = voice.get("id")
         if not isinstance(voice, str):
             raise _bad(
@@ -105,14 +121,22 @@ def _voice(body: dict, presets: tuple[str, ...], max_ref_bytes: int) -> tuple[An
     if body.get("ref_audio") is not None:
         if voice not in (None, "default"):
             raise _bad("ref_audio", "give either a voice name or ref_audio, not both")
-        return _reference_bytes(body["ref_audio"], "ref_audio", max_ref_bytes), ref_text
+        return _reference_bytes(body["ref_audio"], "ref_audio", rules), ref_text
     if voice is None or voice.lower() == "default":
         return None, ref_text
-    by_name = {name.lower(): name for name in presets}
-    if voice.lower() not in by_name:
-        known = ", ".join(["default", *presets])
-        raise ApiError(404, f"unknown voice {voice!r}; available: {known}", param="voice")
-    return by_name[voice.lower()], ref_text
+    by_name = {name.lower(): name for name in rules.presets}
+    if voice.lower() in by_name:
+        return by_name[voice.lower()], ref_text
+    saved = rules.find_saved_voice(voice)
+    if saved is None:
+        raise ApiError(
+            404,
+            f"unknown voice {voice!r}; GET /v1/audio/voices lists the available ones",
+            param="voice",
+        )
+    if ref_text is None:
+        ref_text = saved.ref_text
+    return saved, ref_text
 
 
 def _format(body: dict) -> str:
@@ -175,15 +199,13 @@ def _streaming(body: dict) -> tuple[bool, bool]:
     return stream, stream_format == "sse"
 
 
-def parse_speech_request(
-    body: Any, *, max_input_chars: int, presets: tuple[str, ...], max_ref_bytes: int
-) -> SpeechRequest:
+def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
     if not isinstance(body, dict):
         raise _bad("body", "the request body must be a JSON object")
-    text = _text(body, max_input_chars)
+    text = _text(body, rules.max_input_chars)
     _optional_string(body, "model")
     _optional_string(body, "task_type")  # vLLM-Omni's; the checkpoint decides here
-    voice, ref_text = _voice(body, presets, max_ref_bytes)
+    voice, ref_text = _voice(body, rules)
     response_format = _format(body)
     sample_rate = _sample_rate(body, response_format)
     _speed(body)

@@ -1,0 +1,34 @@
+"""``file://`` references, confined to the directory the operator allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from .errors import ApiError
+
+
+def read_local_media(uri: str, root: Path | None, max_bytes: int, param: str) -> bytes:
+    if root is None:
+        raise ApiError(
+            400,
+            f"{param}: file:// references are refused; the server was started without "
+            "--allowed-local-media-path (send the clip base64 instead)",
+            param=param,
+        )
+    parsed = urlparse(uri)
+    if parsed.netloc not in ("", "localhost"):
+        raise ApiError(400, f"{param}: file:// URIs must name a local path", param=param)
+    # resolve() follows symlinks and "..", so what is checked is what is read.
+    target = Path(unquote(parsed.path)).resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise ApiError(
+            400, f"{param}: the file is outside the allowed media directory", param=param
+        )
+    if not target.is_file():
+        raise ApiError(
+            400, f"{param}: no such file under the allowed directory", param=param
+        )
+    if target.stat().st_size > max_bytes:
+        raise ApiError(413, f"{param} is larger than {max_bytes} bytes", param=param)
+    return target.read_bytes()
