@@ -14,6 +14,10 @@ from pathlib import Path
 import numpy as np
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
+VOICES_DIR_HELP = (
+    "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
+    "~/Library/Application Support/mlx-speech/voices on macOS)"
+)
 
 
 def _speak_parser(commands) -> None:
@@ -32,7 +36,11 @@ def _speak_parser(commands) -> None:
         help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
     )
     voice = speak.add_mutually_exclusive_group()
-    voice.add_argument("--voice", default=None, help="'default' or a reference audio file")
+    voice.add_argument(
+        "--voice",
+        default=None,
+        help="'default', a saved voice name, or a reference audio file",
+    )
     voice.add_argument(
         "--ref-audio", default=None, metavar="FILE", help="reference clip to clone"
     )
@@ -50,6 +58,7 @@ def _speak_parser(commands) -> None:
     speak.add_argument(
         "--max-new-tokens", type=int, default=None, help="audio frames per text segment"
     )
+    speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
 
 
 def _serve_parser(commands) -> None:
@@ -102,6 +111,13 @@ def _serve_parser(commands) -> None:
     serve.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
+    serve.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+    serve.add_argument(
+        "--allowed-local-media-path",
+        default=None,
+        metavar="DIR",
+        help="allow ref_audio file:// URIs for files under DIR (default: refused)",
+    )
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -121,6 +137,10 @@ def _serve(args: argparse.Namespace) -> None:
         max_ref_bytes=args.max_ref_bytes,
         max_body_bytes=args.max_ref_bytes * 4 // 3 + 1024 * 1024,
         stream_idle_timeout=args.stream_idle_timeout,
+        voices_dir=Path(args.voices_dir) if args.voices_dir else None,
+        allowed_local_media_path=(
+            Path(args.allowed_local_media_path) if args.allowed_local_media_path else None
+        ),
     )
     app = create_app(settings, mlx_speech.load)
     logging.getLogger("mlx_speech.server").info(
@@ -166,11 +186,54 @@ def _run_until_signalled(server) -> None:
             signal.signal(sig, handler)
 
 
+def _voices_parser(commands) -> None:
+    voices = commands.add_parser(
+        "voices",
+        help="manage saved voices (works offline, no model needed)",
+        description="List, add or remove saved voices; the server and `speak --voice NAME` "
+        "use them by name.",
+    )
+    actions = voices.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="list saved voices")
+    add = actions.add_parser("add", help="save a voice from an audio file")
+    add.add_argument("name", metavar="NAME", help="[A-Za-z0-9_.-]{1,64}")
+    add.add_argument("file", metavar="FILE", help="a 0.5-30 s clip (wav, flac, ogg, mp3)")
+    add.add_argument("--ref-text", default=None, help="what the clip says")
+    remove = actions.add_parser("rm", help="remove a saved voice")
+    remove.add_argument("name", metavar="NAME")
+    for parser in (listing, add, remove):
+        parser.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+
+
+def _voices(args: argparse.Namespace) -> None:
+    from mlx_speech.voice_store import UnknownVoice, VoiceExists, VoiceStore
+
+    store = VoiceStore(args.voices_dir)
+    if args.action == "list":
+        for voice in store.list():
+            text = f"  {voice.ref_text!r}" if voice.ref_text else ""
+            print(f"{voice.name}\t{voice.duration_s:.2f} s{text}")
+    elif args.action == "add":
+        try:
+            voice = store.add(args.name, Path(args.file).read_bytes(), args.ref_text)
+        except VoiceExists:
+            raise RuntimeError(f"a voice named {args.name!r} already exists") from None
+        print(f"saved {voice.name} ({voice.duration_s:.2f} s) in {store.directory}")
+    else:
+        try:
+            store.remove(args.name)
+        except UnknownVoice:
+            raise RuntimeError(f"no saved voice named {args.name!r}") from None
+        print(f"removed {args.name}")
+
+
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
     text = sys.stdin.read() if args.text == "-" else args.text
-    tts = mlx_speech.load(args.model or mlx_speech.DEFAULT_MODEL)
+    tts = mlx_speech.load(
+        args.model or mlx_speech.DEFAULT_MODEL, voices_dir=args.voices_dir
+    )
     started = time.perf_counter()
     first_audio = None
     chunks = []
@@ -203,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _speak_parser(commands)
+    _voices_parser(commands)
     args = parser.parse_args(argv)
     try:
-        {"serve": _serve, "speak": _speak}[args.command](args)
+        {"serve": _serve, "speak": _speak, "voices": _voices}[args.command](args)
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 - one line, never a traceback

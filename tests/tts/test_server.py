@@ -24,8 +24,11 @@ FRAME = 960  # samples per frame of the tiny codec at 48 kHz
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir):
-    with RunningServer(ServerSettings(model=str(speaking_dir))) as running:
+def server(speaking_dir, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path_factory.mktemp("server-voices")
+    )
+    with RunningServer(settings) as running:
         yield running
 
 

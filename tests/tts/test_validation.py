@@ -33,7 +33,10 @@ from mlx_speech.engine import shared_engine
         ({"seed": -1}, r"seed must be in 0\.\."),
         ({"seed": 2**63}, r"seed must be in 0\.\."),
         ({"speed": 1.0}, "unknown option speed; allowed: temperature, top_p, top_k"),
-        ({"voice": "alloy"}, "unknown voice 'alloy': not a saved voice, and MOSS-TTS-Nano has no"),
+        (
+            {"voice": "alloy"},
+            "unknown voice 'alloy': not a saved voice, and MOSS-TTS-Nano has no",
+        ),
         (
             {"voice": 3.5},
             "a reference voice must be a path to an audio file, audio file bytes",

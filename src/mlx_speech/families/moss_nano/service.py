@@ -69,6 +69,7 @@ class NanoService:
         self._codec_id = codec_id
         self._references = ReferenceCache()
         self._encodes = 0
+        self._saved_voice_hits = 0
         self.sample_rate = int(codec.sample_rate)
         self.samples_per_frame = samples_per_frame(codec)
 
@@ -77,6 +78,7 @@ class NanoService:
             "reference_cache_hits": self._references.hits,
             "reference_cache_misses": self._references.misses,
             "reference_encodes": self._encodes,
+            "saved_voice_code_hits": self._saved_voice_hits,
         }
 
     # Caller's thread: nothing here touches MLX.
@@ -121,9 +123,13 @@ class NanoService:
         if isinstance(voice, SavedVoice):
             stored = voice.load_codes(self._codec_id)
             if stored is not None:
+                self._saved_voice_hits += 1
                 return Reference(samples=None, codes=stored, saved=voice)
             samples = self._clip(voice.clip)
-            return Reference(samples, self._cached(samples), clip_key(samples), voice)
+            cached = self._cached(samples)
+            if cached is not None:
+                voice.save_codes(self._codec_id, cached)
+            return Reference(samples, cached, clip_key(samples), voice)
         if isinstance(voice, str) and not is_audio_path(voice):
             raise InvalidRequest(
                 "voice",

@@ -1,0 +1,349 @@
+"""Saved voices, reference inputs and the reference-code cache."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+from server_harness import RunningServer
+
+import mlx_speech
+from mlx_speech.errors import InvalidRequest
+from mlx_speech.server import ServerSettings
+from mlx_speech.voice_store import VoiceExists, VoiceStore
+
+FRAME = 960
+
+
+def clip_bytes(seconds: float, rate: int = 24000, fmt: str = "WAV", seed: int = 0) -> bytes:
+    import io
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    audio = 0.3 * np.sin(2 * np.pi * (180 + 40 * seed) * t) + 0.02 * rng.standard_normal(
+        t.size
+    )
+    buffer = io.BytesIO()
+    soundfile.write(buffer, audio, rate, format=fmt)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def voices_tts(speaking_dir, tmp_path):
+    return mlx_speech.load(speaking_dir, voices_dir=tmp_path / "voices")
+
+
+def test_a_saved_voice_is_encoded_once_then_reuses_its_stored_codes(
+    voices_tts, reference_clip
+):
+    voice = voices_tts.voice_store.add(
+        "narrator", reference_clip.read_bytes(), ref_text="hi"
+    )
+    before = voices_tts.stats()
+    first = voices_tts.speak("Hello there.", voice="narrator", seed=3, max_new_tokens=6)
+    assert voices_tts.stats()["reference_encodes"] == before["reference_encodes"] + 1
+    assert list(voice.folder.glob("codes-*.npy"))
+    second = voices_tts.speak("Hello there.", voice="narrator", seed=3, max_new_tokens=6)
+    after = voices_tts.stats()
+    assert after["reference_encodes"] == before["reference_encodes"] + 1  # no encoder work
+    assert after["saved_voice_code_hits"] == before["saved_voice_code_hits"] + 1
+    direct = voices_tts.speak(
+        "Hello there.", voice=str(reference_clip), seed=3, max_new_tokens=6
+    )
+    np.testing.assert_array_equal(first.samples, direct.samples)
+    np.testing.assert_array_equal(second.samples, direct.samples)
+
+
+def test_a_saved_voice_first_met_in_the_cache_still_stores_its_codes(
+    voices_tts, reference_clip
+):
+    voices_tts.speak("Hi.", voice=reference_clip.read_bytes(), seed=1, max_new_tokens=2)
+    voice = voices_tts.voice_store.add("echo", reference_clip.read_bytes())
+    encodes = voices_tts.stats()["reference_encodes"]
+    voices_tts.speak("Hi.", voice="echo", seed=1, max_new_tokens=2)
+    assert voices_tts.stats()["reference_encodes"] == encodes
+    assert list(voice.folder.glob("codes-*.npy"))
+
+
+def test_the_same_clip_in_any_form_hits_the_cache_with_identical_results(
+    voices_tts, reference_clip
+):
+    data, rate = soundfile.read(reference_clip, dtype="float32")
+    cold = voices_tts.speak(
+        "Hello.", voice=reference_clip.read_bytes(), seed=2, max_new_tokens=5
+    )
+    stats = voices_tts.stats()
+    for form in (str(reference_clip), reference_clip.read_bytes(), (data, rate)):
+        warm = voices_tts.speak("Hello.", voice=form, seed=2, max_new_tokens=5)
+        np.testing.assert_array_equal(warm.samples, cold.samples)
+    after = voices_tts.stats()
+    assert after["reference_cache_hits"] == stats["reference_cache_hits"] + 3
+    assert after["reference_encodes"] == stats["reference_encodes"]
+
+
+def test_store_rules(tmp_path):
+    store = VoiceStore(tmp_path)
+    with pytest.raises(InvalidRequest, match="voice names are"):
+        store.add("../escape", clip_bytes(1))
+    with pytest.raises(InvalidRequest, match="voice names are"):
+        store.add(".hidden", clip_bytes(1))
+    with pytest.raises(InvalidRequest, match="reserved"):
+        store.add("default", clip_bytes(1))
+    with pytest.raises(InvalidRequest, match="could not be decoded"):
+        store.add("noise", b"not audio")
+    with pytest.raises(InvalidRequest, match="voices need 0.5-30 s"):
+        store.add("short", clip_bytes(0.3))
+    with pytest.raises(InvalidRequest, match="voices need 0.5-30 s"):
+        store.add("long", clip_bytes(31, rate=8000))
+    store.add("ok", clip_bytes(1))
+    with pytest.raises(VoiceExists):
+        store.add("ok", clip_bytes(1))
+    assert [v.name for v in store.list()] == ["ok"]
+
+
+def _upload(url, name, clip, ref_text=None, **kwargs):
+    data = {"name": name} if ref_text is None else {"name": name, "ref_text": ref_text}
+    return httpx.post(
+        f"{url}/v1/audio/voices",
+        data=data,
+        files={"audio_sample": ("clip.wav", clip, "audio/wav")},
+        timeout=60,
+        **kwargs,
+    )
+
+
+def _speech(url, **body):
+    return httpx.post(
+        f"{url}/v1/audio/speech", json={"input": "Hello.", **body}, timeout=60
+    )
+
+
+@pytest.fixture
+def voice_server(speaking_dir, tmp_path):
+    media = tmp_path / "media"
+    media.mkdir()
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path / "voices",
+        allowed_local_media_path=media,
+        max_ref_bytes=2 * 1024 * 1024,
+    )
+    with RunningServer(settings) as running:
+        running.media = media
+        running.settings = settings
+        yield running
+
+
+def test_voice_lifecycle_over_http(voice_server):
+    url = voice_server.url
+    created = _upload(url, "alice", clip_bytes(1.5), ref_text="Hello world.")
+    assert created.status_code == 201, created.text
+    assert created.json()["name"] == "alice" and created.json()["kind"] == "saved"
+    assert created.json()["ref_text"] == "Hello world."
+    assert abs(created.json()["duration_s"] - 1.5) < 0.01
+    assert _upload(url, "alice", clip_bytes(1)).status_code == 409
+    listed = httpx.get(f"{url}/v1/audio/voices").json()["voices"]
+    assert [v["name"] for v in listed] == ["alice"]
+    for voice in ("alice", {"id": "alice"}):
+        response = _speech(
+            url, voice=voice, seed=4, max_new_tokens=4, response_format="pcm"
+        )
+        assert response.status_code == 200 and len(response.content) == 4 * FRAME * 2
+    assert httpx.delete(f"{url}/v1/audio/voices/alice").status_code == 204
+    assert httpx.delete(f"{url}/v1/audio/voices/alice").status_code == 404
+    assert _speech(url, voice="alice").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "name, clip, status, param",
+    [
+        ("../x", clip_bytes(1), 400, "name"),
+        ("a" * 65, clip_bytes(1), 400, "name"),
+        ("default", clip_bytes(1), 400, "name"),
+        ("short", clip_bytes(0.2), 400, "audio_sample"),
+        ("junk", b"not audio at all", 400, "audio_sample"),
+        ("huge", b"\0" * (3 * 1024 * 1024), 413, "audio_sample"),
+    ],
+)
+def test_bad_uploads(voice_server, name, clip, status, param):
+    response = _upload(voice_server.url, name, clip)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["param"] == param
+    assert httpx.get(f"{voice_server.url}/v1/audio/voices").json()["voices"] == []
+
+
+def test_upload_must_be_multipart(voice_server):
+    response = httpx.post(f"{voice_server.url}/v1/audio/voices", json={"name": "x"})
+    assert response.status_code == 415
+
+
+def test_second_request_for_a_voice_does_no_encoding(voice_server):
+    url = voice_server.url
+    assert _upload(url, "bob", clip_bytes(2, seed=1)).status_code == 201
+
+    def encodes():
+        for line in httpx.get(f"{url}/metrics").text.splitlines():
+            if line.startswith("mlx_speech_reference_encodes_total "):
+                return int(line.split()[1])
+
+    first = _speech(url, voice="bob", seed=9, max_new_tokens=5, response_format="pcm")
+    after_first = encodes()
+    second = _speech(url, voice="bob", seed=9, max_new_tokens=5, response_format="pcm")
+    assert encodes() == after_first
+    assert first.content == second.content
+
+
+def test_ref_audio_from_an_allowed_file(voice_server):
+    clip = voice_server.media / "clip.wav"
+    clip.write_bytes(clip_bytes(1))
+    response = _speech(voice_server.url, ref_audio=clip.as_uri(), seed=1, max_new_tokens=3)
+    assert response.status_code == 200, response.text
+
+
+def test_file_references_are_confined_to_the_allowed_directory(voice_server, tmp_path):
+    outside = tmp_path / "outside.wav"
+    outside.write_bytes(clip_bytes(1))
+    link = voice_server.media / "link.wav"
+    link.symlink_to(outside)
+    for uri in (
+        f"file://{voice_server.media}/../outside.wav",  # traversal
+        link.as_uri(),  # symlink escaping the directory
+        outside.as_uri(),  # absolute path elsewhere
+        "file:///etc/passwd",
+    ):
+        response = _speech(voice_server.url, ref_audio=uri)
+        assert response.status_code == 400, uri
+        assert "outside the allowed media directory" in response.json()["error"]["message"]
+    missing = _speech(
+        voice_server.url, ref_audio=(voice_server.media / "nope.wav").as_uri()
+    )
+    assert missing.status_code == 400
+
+
+def test_oversize_file_reference_is_413(voice_server):
+    big = voice_server.media / "big.wav"
+    big.write_bytes(clip_bytes(25, rate=48000))
+    assert _speech(voice_server.url, ref_audio=big.as_uri()).status_code == 413
+
+
+def test_voices_survive_a_restart(speaking_dir, tmp_path):
+    settings = ServerSettings(model=str(speaking_dir), voices_dir=tmp_path / "voices")
+    with RunningServer(settings) as running:
+        assert _upload(running.url, "carol", clip_bytes(1), ref_text="x").status_code == 201
+        before = _speech(running.url, voice="carol", seed=2, max_new_tokens=3).content
+    with RunningServer(settings) as running:
+        voices = httpx.get(f"{running.url}/v1/audio/voices").json()["voices"]
+        assert [v["name"] for v in voices] == ["carol"]
+        assert (
+            _speech(running.url, voice="carol", seed=2, max_new_tokens=3).content == before
+        )
+
+
+def test_openai_sdk_reaches_a_saved_voice(voice_server, tmp_path):
+    openai = pytest.importorskip("openai")
+    assert _upload(voice_server.url, "dave", clip_bytes(1, seed=2)).status_code == 201
+    client = openai.OpenAI(base_url=f"{voice_server.url}/v1", api_key="local")
+    target = tmp_path / "dave.wav"
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1",
+        voice="dave",
+        input="Hi!",
+        extra_body={"max_new_tokens": 4, "seed": 1},
+    ) as response:
+        response.stream_to_file(target)
+    assert len(soundfile.read(target)[0]) == 4 * FRAME
+
+
+WRITER = """
+import sys, io, numpy as np, soundfile
+from mlx_speech.voice_store import VoiceStore
+store = VoiceStore(sys.argv[1])
+t = np.arange(48000 * 25) / 48000
+buffer = io.BytesIO()
+soundfile.write(buffer, np.stack([np.sin(t), np.cos(t)], axis=1), 48000, format="WAV")
+clip = buffer.getvalue()
+print("ready", flush=True)
+index = 0
+while True:
+    store.add(f"voice{index}", clip)
+    index += 1
+"""
+
+
+def test_killed_writer_leaves_the_store_consistent(tmp_path):
+    directory = tmp_path / "voices"
+    store = VoiceStore(directory)
+    keeper = store.add("keeper", clip_bytes(1), ref_text="keep me")
+    keeper_clip = keeper.clip.read_bytes()
+    for delay in (0.05, 0.13, 0.31, 0.57):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(directory)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        for voice in store.list():
+            meta = json.loads((voice.folder / "voice.json").read_text())
+            data, rate = soundfile.read(voice.clip)
+            assert abs(len(data) / rate - meta["duration_s"]) < 1e-6
+        assert store.get("keeper").clip.read_bytes() == keeper_clip
+    store.sweep()
+    assert not [p for p in directory.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_manages_the_same_directory(tmp_path, speaking_dir):
+    from test_cli import run
+
+    directory = str(tmp_path / "voices")
+    clip = tmp_path / "clip.flac"
+    clip.write_bytes(clip_bytes(1, fmt="FLAC"))
+    added = run(
+        "voices", "add", "erin", str(clip), "--ref-text", "Hi.", "--voices-dir", directory
+    )
+    assert added.returncode == 0, added.stderr
+    listed = run("voices", "list", "--voices-dir", directory)
+    assert listed.stdout.startswith("erin\t1.00 s")
+    out = tmp_path / "erin.wav"
+    spoken = run(
+        "speak",
+        "Hello.",
+        "--voice",
+        "erin",
+        "--voices-dir",
+        directory,
+        "--model",
+        str(speaking_dir),
+        "-o",
+        str(out),
+        "--max-new-tokens",
+        "3",
+    )
+    assert spoken.returncode == 0, spoken.stderr
+    assert run("voices", "rm", "erin", "--voices-dir", directory).returncode == 0
+    again = run("voices", "rm", "erin", "--voices-dir", directory)
+    assert again.returncode == 1 and "no saved voice named 'erin'" in again.stderr
+
+
+def test_saved_voice_base64_and_upload_give_the_same_audio(voice_server):
+    clip = clip_bytes(1.2, seed=3)
+    assert _upload(voice_server.url, "frank", clip).status_code == 201
+    by_name = _speech(voice_server.url, voice="frank", seed=8, max_new_tokens=4).content
+    inline = _speech(
+        voice_server.url,
+        ref_audio=base64.b64encode(clip).decode(),
+        seed=8,
+        max_new_tokens=4,
+    ).content
+    assert by_name == inline
