@@ -12,9 +12,8 @@ import soundfile
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nano_checkpoint import build_nano_checkpoint
-
 import mlx_speech
+from mlx_speech.testing.nano_checkpoint import build_nano_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,20 @@ SPECIAL_PIECES = [
 
 
 @dataclass(frozen=True)
+class Transformer:
+    """A codec transformer stage (decode direction): ``width`` wide, ``outputs`` out."""
+
+    width: int
+    layers: int
+    outputs: int
+
+
+@dataclass(frozen=True)
+class Patch:
+    size: int
+
+
+@dataclass(frozen=True)
 class NanoSize:
     width: int = 32
     layers: int = 2
@@ -58,11 +72,43 @@ class NanoSize:
     text_vocab: int = 256
     n_vq: int = 4
     codebook: int = 64
-    codec_width: int = 16
-    samples_per_frame: int = 960  # per channel at 48 kHz
+    # Codec, decode direction: codes → quantizer output → stages → 1 interleaved channel.
+    codec_latent: int = 16
+    codec_rvq: int = 16
+    codec_stages: tuple = (
+        Transformer(16, 1, 16),
+        Patch(2),
+        Transformer(16, 1, 960),
+        Patch(960),
+    )
 
 
 TINY = NanoSize()
+# MOSS-TTS-Nano-100M dimensions; a codec of the Nano class (48 kHz stereo
+# interleaved, 3840-sample hop, 16×1024 residual LFQ, ~25 M parameters).
+FULL = NanoSize(
+    width=768,
+    layers=12,
+    heads=12,
+    inner=3072,
+    text_vocab=16384,
+    n_vq=16,
+    codebook=1024,
+    codec_latent=768,
+    codec_rvq=512,
+    codec_stages=(
+        Patch(4),
+        Transformer(512, 2, 512),
+        Patch(2),
+        Transformer(384, 2, 512),
+        Patch(2),
+        Transformer(256, 2, 384),
+        Patch(2),
+        Transformer(256, 1, 240),
+        Patch(240),
+    ),
+)
+SIZES = {"tiny": TINY, "full": FULL}
 
 
 def _train_tokenizer(directory: Path, vocab: int) -> None:
@@ -113,56 +159,61 @@ def _model_config(size: NanoSize) -> dict:
     }
 
 
+def _transformer_kwargs(inputs: int, stage: Transformer, outputs: int) -> dict:
+    return {
+        "module_type": "Transformer",
+        "input_dimension": inputs,
+        "output_dimension": outputs,
+        "d_model": stage.width,
+        "num_heads": max(1, stage.width // 64) if stage.width >= 64 else 2,
+        "num_layers": stage.layers,
+        "dim_feedforward": 4 * stage.width,
+        "causal": True,
+        "norm": "layer_norm",
+        "positional_embedding": "rope",
+        "max_period": 10000,
+        "layer_scale": 0.1,
+        "conv_layout": True,
+        "gating": "none",
+    }
+
+
 def _codec_config(size: NanoSize) -> dict:
-    """Stereo, channel-interleaved, causal transformers between patch stages."""
-    d = size.codec_width
-    last_patch = size.samples_per_frame  # 2 channels × hop ÷ the patch-2 stage
-
-    def transformer(inputs: int, outputs: int) -> dict:
-        return {
-            "module_type": "Transformer",
-            "input_dimension": inputs,
-            "output_dimension": outputs,
-            "d_model": d,
-            "num_heads": 2,
-            "num_layers": 1,
-            "dim_feedforward": 2 * d,
-            "causal": True,
-            "norm": "layer_norm",
-            "positional_embedding": "rope",
-            "max_period": 10000,
-            "layer_scale": 0.1,
-            "conv_layout": True,
-            "gating": "none",
-        }
-
+    """Stereo, channel-interleaved; the encoder mirrors the decoder."""
+    decoder, encoder = [], []
+    channels = size.codec_latent
+    upsampling = 1
+    for stage in size.codec_stages:
+        if isinstance(stage, Patch):
+            decoder.append({"module_type": "PatchedPretransform", "patch_size": stage.size})
+            encoder.insert(
+                0, {"module_type": "PatchedPretransform", "patch_size": stage.size}
+            )
+            channels //= stage.size
+            upsampling *= stage.size
+        else:
+            decoder.append(_transformer_kwargs(channels, stage, stage.outputs))
+            encoder.insert(0, _transformer_kwargs(stage.outputs, stage, channels))
+            channels = stage.outputs
+    if channels != 1 or upsampling % 2:
+        raise ValueError("codec stages must end in one interleaved stereo channel")
     return {
         "sampling_rate": 48000,
         "sample_rate": 48000,
-        "downsample_rate": size.samples_per_frame,
+        "downsample_rate": upsampling // 2,
         "causal_transformer_context_duration": 10.0,
         "number_channels": 2,
         "enable_channel_interleave": True,
-        "encoder_kwargs": [
-            {"module_type": "PatchedPretransform", "patch_size": last_patch},
-            transformer(last_patch, d // 2),
-            {"module_type": "PatchedPretransform", "patch_size": 2},
-            transformer(d, d),
-        ],
-        "decoder_kwargs": [
-            transformer(d, d),
-            {"module_type": "PatchedPretransform", "patch_size": 2},
-            transformer(d // 2, last_patch),
-            {"module_type": "PatchedPretransform", "patch_size": last_patch},
-        ],
+        "encoder_kwargs": encoder,
+        "decoder_kwargs": decoder,
         "quantizer_type": "rlfq",
         "quantizer_kwargs": {
-            "input_dim": d,
-            "rvq_dim": d,
-            "output_dim": d,
+            "input_dim": size.codec_latent,
+            "rvq_dim": size.codec_rvq,
+            "output_dim": size.codec_latent,
             "num_quantizers": size.n_vq,
             "codebook_size": size.codebook,
-            "codebook_dim": 4,
+            "codebook_dim": 8 if size.codebook >= 256 else 4,
             "quantizer_type": "rlfq",
         },
     }
@@ -239,6 +290,15 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
     return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 
 
+def _tame_codec_output(codec: MossAudioTokenizer, size: NanoSize) -> None:
+    """Random weights make enormous waveforms; scale the last projection so the
+    decoded audio sits around 0.3 RMS, like speech."""
+    codes = mx.random.randint(0, size.codebook, (8, size.n_vq))
+    rms = float(mx.sqrt(mx.mean(mx.square(codec.decode_audio_codes(codes)))))
+    last = next(stage for stage in reversed(codec.decoder) if hasattr(stage, "output_proj"))
+    last.output_proj.weight = last.output_proj.weight * (0.3 / max(rms, 1e-6))
+
+
 def _save(module, path: Path) -> None:
     weights = dict(tree_flatten(module.parameters()))
     mx.save_safetensors(str(path), weights)
@@ -257,7 +317,7 @@ def build_nano_checkpoint(
 
     config = _model_config(size)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
-    _train_tokenizer(directory, vocab=size.text_vocab - 16)
+    _train_tokenizer(directory, vocab=min(size.text_vocab - 16, 1000))
     model = Model(ModelConfig.from_dict(config))
     model.tokenizer = load_tokenizer(directory)
     if stops:
@@ -276,5 +336,6 @@ def build_nano_checkpoint(
     codec = MossAudioTokenizer(AudioTokenizerConfig.from_dict(codec_config))
     # Weight-norm directions start at zero in the class; give them values.
     codec.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.3, codec.parameters()))
+    _tame_codec_output(codec, size)
     _save(codec, directory / "audio_tokenizer" / "model.safetensors")
     return directory

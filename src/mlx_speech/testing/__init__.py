@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: random-weight checkpoints in the real layout."""
