@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .blas import active_blas, use_fast_blas
+
 GRACEFUL_SHUTDOWN_SECONDS = 5
 VOICES_DIR_HELP = (
     "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
@@ -143,7 +145,9 @@ def _serve(args: argparse.Namespace) -> None:
         ),
     )
     app = create_app(settings, mlx_speech.load)
-    logging.getLogger("mlx_speech.server").info(
+    log = logging.getLogger("mlx_speech.server")
+    log.info("BLAS: %s", active_blas())
+    log.info(
         "listening on http://%s:%d (OpenAI base_url http://%s:%d/v1)",
         args.host,
         args.port,
@@ -255,11 +259,13 @@ def _speak(args: argparse.Namespace) -> None:
     print(
         f"wrote {path}: {audio.duration:.2f} s of audio; first audio after "
         f"{(first_audio or elapsed) * 1000:.0f} ms; real-time factor {rtf:.2f} "
-        "(generation time / audio time)"
+        f"(generation time / audio time); BLAS: {active_blas()}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        use_fast_blas()
     parser = argparse.ArgumentParser(
         prog="mlx-speech", description="Local text-to-speech on MLX."
     )

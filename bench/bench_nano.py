@@ -1,0 +1,218 @@
+"""MOSS-TTS-Nano side by side in one process: mlx-audio 0.6.2 ``generate()``
+against our buffered ``speak`` and our ``stream``, on the same checkpoint,
+text, reference clip and greedy decoding.
+
+    python bench/bench_nano.py CHECKPOINT [--frames 40] [--steady 20 60] [--json out.json]
+
+Reports steady ms/frame (from two lengths, so prefill and fixed costs cancel),
+time to first audio (new reference, then the same reference again: cached),
+total time, real-time factor, peak MLX memory, the BLAS in use and the ratios.
+On Linux it re-runs itself with the system OpenBLAS when one is installed;
+pass --reference-blas to measure the bundled reference BLAS instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TEXT = "Hello there, this is a benchmark of streaming speech on a local machine."
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--frames", type=int, default=40, help="utterance length in frames")
+    parser.add_argument(
+        "--steady", type=int, nargs=2, default=(20, 60), metavar=("SHORT", "LONG")
+    )
+    parser.add_argument("--reference-seconds", type=float, default=3.0)
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument(
+        "--reference-blas", action="store_true", help="do not switch to the system OpenBLAS"
+    )
+    return parser.parse_args()
+
+
+def _reference_clip(seconds: float) -> Path:
+    import numpy as np
+    import soundfile
+
+    rate = 48000
+    t = np.arange(int(seconds * rate)) / rate
+    rng = np.random.default_rng(0)
+    voice = 0.3 * np.sin(2 * np.pi * 150 * t * (1 + 0.1 * np.sin(3 * t)))
+    path = Path(tempfile.mkdtemp()) / "reference.wav"
+    soundfile.write(path, voice + 0.01 * rng.standard_normal(t.size), rate)
+    return path
+
+
+def _peak_memory(run):
+    import mlx.core as mx
+
+    mx.reset_peak_memory()
+    result = run()
+    return result, mx.get_peak_memory() / 2**20
+
+
+def _theirs(model, clip: Path, frames: int) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = next(
+        model.generate(TEXT, ref_audio=str(clip), do_sample=False, max_tokens=frames)
+    )
+    return time.perf_counter() - started, result
+
+
+def _ours_buffered(tts, voice, frames: int) -> tuple[float, object]:
+    started = time.perf_counter()
+    audio = tts.speak(TEXT, voice=voice, temperature=0, max_new_tokens=frames)
+    return time.perf_counter() - started, audio
+
+
+def _ours_streamed(tts, voice, frames: int) -> tuple[float, float, int]:
+    started = time.perf_counter()
+    first, samples = None, 0
+    for chunk in tts.stream(TEXT, voice=voice, temperature=0, max_new_tokens=frames):
+        first = first if first is not None else time.perf_counter() - started
+        samples += len(chunk.samples)
+    return first, time.perf_counter() - started, samples
+
+
+def _steady(measure, short: int, long: int) -> float:
+    return (measure(long) - measure(short)) / (long - short) * 1000
+
+
+def main() -> None:
+    args = _arguments()
+    if not args.reference_blas:
+        from mlx_speech.blas import use_fast_blas
+
+        use_fast_blas()
+    import numpy as np
+    from mlx_audio.tts.utils import load_model
+
+    import mlx_speech
+    from mlx_speech.blas import active_blas
+
+    blas = active_blas()
+    tts = mlx_speech.load(args.checkpoint)
+    theirs = load_model(Path(args.checkpoint))
+    clip = _reference_clip(args.reference_seconds)
+    frames, rate = args.frames, tts.sample_rate
+    _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
+    _ours_buffered(tts, clip.read_bytes(), 2)
+
+    (their_total, their_result), their_memory = _peak_memory(
+        lambda: _theirs(theirs, clip, frames)
+    )
+    their_audio = np.asarray(their_result.audio, dtype=np.float32).mean(axis=1)
+    fresh = (
+        clip.read_bytes() + b""
+    )  # same clip, not yet in our cache? it is: warm-up used it
+    new_voice = _reference_clip(args.reference_seconds * 1.01)  # a clip never seen before
+    (ttfa_new, stream_total, stream_samples), our_memory = _peak_memory(
+        lambda: _ours_streamed(tts, str(new_voice), frames)
+    )
+    ttfa_cached, _, _ = _ours_streamed(tts, str(new_voice), frames)
+    buffered_total, our_audio = _ours_buffered(tts, fresh, frames)
+    audio_seconds = len(our_audio.samples) / rate
+    difference = (
+        float(np.abs(our_audio.samples - their_audio).max())
+        if their_audio.shape == our_audio.samples.shape
+        else None
+    )
+    short, long = args.steady
+    their_steady = _steady(lambda n: _theirs(theirs, clip, n)[0], short, long)
+    our_steady = _steady(
+        lambda n: _ours_streamed(tts, clip.read_bytes(), n)[1], short, long
+    )
+
+    results = {
+        "checkpoint": args.checkpoint,
+        "blas": blas,
+        "frames": frames,
+        "audio_seconds": round(audio_seconds, 3),
+        "mlx_audio": {
+            "steady_ms_per_frame": round(their_steady, 1),
+            "time_to_audio_s": round(their_total, 3),
+            "total_s": round(their_total, 3),
+            "rtf": round(their_total / audio_seconds, 3),
+            "peak_memory_mib": round(their_memory),
+        },
+        "ours_buffered": {
+            "total_s": round(buffered_total, 3),
+            "rtf": round(buffered_total / audio_seconds, 3),
+        },
+        "ours_stream": {
+            "steady_ms_per_frame": round(our_steady, 1),
+            "time_to_first_audio_new_reference_s": round(ttfa_new, 3),
+            "time_to_first_audio_cached_reference_s": round(ttfa_cached, 3),
+            "total_s": round(stream_total, 3),
+            "rtf": round(stream_total / (stream_samples / rate), 3),
+            "peak_memory_mib": round(our_memory),
+        },
+        "ratios": {
+            "steady_ms_per_frame_ours_over_mlx_audio": round(our_steady / their_steady, 3),
+            "first_audio_ours_over_mlx_audio_time_to_audio": round(
+                ttfa_new / their_total, 4
+            ),
+            "buffered_total_ours_over_mlx_audio": round(buffered_total / their_total, 3),
+        },
+        "max_abs_audio_difference_buffered_vs_mlx_audio": difference,
+    }
+    _print_table(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _print_table(r: dict) -> None:
+    theirs, stream, buffered = r["mlx_audio"], r["ours_stream"], r["ours_buffered"]
+    print(
+        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; {r['frames']} frames "
+        f"= {r['audio_seconds']} s of audio; greedy; cloning a new reference"
+    )
+    rows = [
+        (
+            "steady ms/frame",
+            theirs["steady_ms_per_frame"],
+            "-",
+            stream["steady_ms_per_frame"],
+        ),
+        (
+            "time to first audio (s)",
+            theirs["time_to_audio_s"],
+            buffered["total_s"],
+            f"{stream['time_to_first_audio_new_reference_s']} "
+            f"(cached ref {stream['time_to_first_audio_cached_reference_s']})",
+        ),
+        ("total (s)", theirs["total_s"], buffered["total_s"], stream["total_s"]),
+        ("real-time factor", theirs["rtf"], buffered["rtf"], stream["rtf"]),
+        (
+            "peak MLX memory (MiB)",
+            theirs["peak_memory_mib"],
+            "-",
+            stream["peak_memory_mib"],
+        ),
+    ]
+    header = ("", "mlx-audio generate()", "ours speak", "ours stream")
+    print(f"| {header[0]:24} | {header[1]:>20} | {header[2]:>10} | {header[3]:>28} |")
+    print(f"|{'-' * 26}|{'-' * 22}|{'-' * 12}|{'-' * 30}|")
+    for name, a, b, c in rows:
+        print(f"| {name:24} | {a!s:>20} | {b!s:>10} | {c!s:>28} |")
+    for name, value in r["ratios"].items():
+        print(f"{name}: {value}")
+    print(
+        f"max |audio difference| ours buffered vs mlx-audio: "
+        f"{r['max_abs_audio_difference_buffered_vs_mlx_audio']}"
+    )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

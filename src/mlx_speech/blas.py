@@ -1,0 +1,45 @@
+"""Which BLAS MLX's CPU backend runs on, and switching Linux to OpenBLAS.
+
+The ``mlx-cpu`` wheel bundles the reference BLAS, whose matrix products are
+about 20x slower than OpenBLAS. When the system has OpenBLAS
+(``apt-get install libopenblas0-pthread``), ``use_fast_blas()`` re-runs the
+process once with it preloaded; an environment variable guards against loops.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+OPENBLAS_LIBRARIES = (
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    "/usr/lib64/libopenblas.so.0",
+)
+_GUARD = "MLX_SPEECH_BLAS_CHECKED"
+
+
+def use_fast_blas() -> None:
+    """Re-execute with the system OpenBLAS preloaded, at most once per process tree."""
+    if sys.platform != "linux" or os.environ.get(_GUARD):
+        return
+    os.environ[_GUARD] = "1"
+    preloaded = os.environ.get("LD_PRELOAD", "")
+    library = next((path for path in OPENBLAS_LIBRARIES if os.path.exists(path)), None)
+    if library is None or "openblas" in preloaded:
+        return
+    os.environ["LD_PRELOAD"] = f"{library} {preloaded}".strip()
+    os.execv(sys.executable, sys.orig_argv)
+
+
+def active_blas() -> str:
+    if sys.platform == "darwin":
+        return "Accelerate"
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "unknown"
+    if "libopenblas" in maps:
+        return "OpenBLAS"
+    return "reference BLAS (mlx-cpu wheel; install libopenblas0-pthread for ~20x faster)"
