@@ -20,6 +20,18 @@ _CONTAINERS = {
 }
 
 
+def output_format(path: str | Path, format: str | None = None) -> str:
+    """The container ``Audio.write`` will use: ``format``, else the suffix."""
+    path = Path(path)
+    kind = (format or path.suffix.lstrip(".")).lower()
+    if kind != "pcm" and kind not in _CONTAINERS:
+        supported = ", ".join(["pcm", *_CONTAINERS])
+        raise ValueError(
+            f"cannot write {path.name!r}: unknown audio format {kind!r}; use one of {supported}"
+        )
+    return kind
+
+
 @dataclass(frozen=True)
 class Audio:
     """Mono float32 samples at ``sample_rate``."""
@@ -37,16 +49,10 @@ class Audio:
         ``.pcm`` writes headerless 16-bit little-endian PCM.
         """
         path = Path(path)
-        kind = (format or path.suffix.lstrip(".")).lower()
+        kind = output_format(path, format)
         if kind == "pcm":
             path.write_bytes(to_pcm16(self.samples).tobytes())
             return path
-        if kind not in _CONTAINERS:
-            supported = ", ".join(["pcm", *_CONTAINERS])
-            raise ValueError(
-                f"cannot write {path.name!r}: unknown audio format {kind!r}; "
-                f"use one of {supported}"
-            )
         container, subtype, takes_pcm16 = _CONTAINERS[kind]
         data = to_pcm16(self.samples) if takes_pcm16 else self.samples
         soundfile.write(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .audio import output_format
 from .blas import active_blas, use_fast_blas
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
@@ -234,6 +235,7 @@ def _voices(args: argparse.Namespace) -> None:
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
+    output_format(args.output, args.format)  # a bad name fails before any work
     text = sys.stdin.read() if args.text == "-" else args.text
     tts = mlx_speech.load(
         args.model or mlx_speech.DEFAULT_MODEL, voices_dir=args.voices_dir

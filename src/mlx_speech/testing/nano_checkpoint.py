@@ -252,11 +252,15 @@ class _ProjectionRecorder:
         self._direction = direction
         self.projections: list[float] = []
 
-    def __call__(self, *, inputs_embeds: mx.array) -> mx.array:
-        out = self.inner(inputs_embeds=inputs_embeds)
-        if inputs_embeds.shape[1] == 1:
+    def __call__(self, *, inputs_embeds: mx.array, cache=None) -> mx.array:
+        text_head_step = not cache or cache[0].offset == 0  # first local step of a frame
+        out = self.inner(inputs_embeds=inputs_embeds, cache=cache)
+        if text_head_step:
             self.projections.append((out[0, -1] @ self._direction).item())
         return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 def _stopping_bias(model: Model, direction: mx.array) -> float:

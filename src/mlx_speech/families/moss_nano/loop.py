@@ -3,6 +3,8 @@
 Per frame: a global transformer step over the newest row, a local step whose
 text head chooses between "another audio frame" and "audio ends" (the stop
 decision, the one host sync per frame), then one local step per codebook.
+Both transformers keep KV caches in preallocated blocks; the local one is
+reused from frame to frame.
 A frame is yielded only after the model chose to continue, so no audio of a
 frame whose text token was audio-end ever reaches the decoder.
 """
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
 
+from .kv_cache import block_caches
 from .sampling import HeadSampler, KeySequence, RepetitionHistory, penalize_repeats
 
 
@@ -51,23 +54,27 @@ def frames(
         dtype=mx.int32,
     )
     candidate_weights = model.transformer.wte.weight[candidates]
-    cache = model.transformer.make_cache()
+    cache = block_caches(len(model.transformer.h))
+    local_cache = block_caches(len(model.local_transformer.h), block=config.n_vq + 1)
     history = RepetitionHistory(config.audio_codebook_sizes)
     inputs = embed_rows(model, prompt)
 
     for _ in range(sampling.max_frames):
         hidden = model.transformer(inputs_embeds=inputs, cache=cache)[:, -1, :]
-        local_inputs = hidden[:, None, :]
-        local_hidden = model.local_transformer(inputs_embeds=local_inputs)[:, -1, :]
-        choice = sampling.text(local_hidden @ candidate_weights.T, keys)
+        for layer in local_cache:
+            layer.reset()
+        local = model.local_transformer(inputs_embeds=hidden[:, None, :], cache=local_cache)
+        choice = sampling.text(local[:, -1, :] @ candidate_weights.T, keys)
         if int(choice.item()) != 0:
             return
 
         previous = model.transformer.wte(slot)
         codes = []
         for channel, embedding in enumerate(model.audio_embeddings):
-            local_inputs = mx.concatenate([local_inputs, previous[:, None, :]], axis=1)
-            local_hidden = model.local_transformer(inputs_embeds=local_inputs)[:, -1, :]
+            local = model.local_transformer(
+                inputs_embeds=previous[:, None, :], cache=local_cache
+            )
+            local_hidden = local[:, -1, :]
             logits = local_hidden @ embedding.weight.T
             seen = history.seen[channel, : logits.shape[-1]]
             logits = penalize_repeats(logits, seen, sampling.repetition_penalty)

@@ -1,0 +1,49 @@
+"""KV caches that write into preallocated blocks instead of concatenating.
+
+They plug into mlx-audio's GPT-2 attention (``offset`` and
+``update_and_fetch``); the keys and values they return are the same numbers a
+concatenating cache returns, without copying the history every step.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+BLOCK = 256
+
+
+class BlockKVCache:
+    def __init__(self, block: int = BLOCK):
+        self._block = block
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offset = 0
+
+    def reset(self) -> None:
+        """Forget the history, keep the memory (for the per-frame local cache)."""
+        self.offset = 0
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array]:
+        start, end = self.offset, self.offset + keys.shape[2]
+        if self.keys is None or end > self.keys.shape[2]:
+            self._grow(keys, values, end)
+        self.keys[..., start:end, :] = keys
+        self.values[..., start:end, :] = values
+        self.offset = end
+        return self.keys[..., :end, :], self.values[..., :end, :]
+
+    def _grow(self, keys: mx.array, values: mx.array, needed: int) -> None:
+        size = -(-needed // self._block) * self._block
+        batch, heads, _, dim = keys.shape
+        grown_keys = mx.zeros((batch, heads, size, dim), keys.dtype)
+        grown_values = mx.zeros((batch, heads, size, values.shape[3]), values.dtype)
+        if self.keys is not None and self.offset:
+            grown_keys[..., : self.offset, :] = self.keys[..., : self.offset, :]
+            grown_values[..., : self.offset, :] = self.values[..., : self.offset, :]
+        self.keys, self.values = grown_keys, grown_values
+
+
+def block_caches(layers: int, block: int = BLOCK) -> list[BlockKVCache]:
+    return [BlockKVCache(block) for _ in range(layers)]
