@@ -27,7 +27,8 @@ def output_format(path: str | Path, format: str | None = None) -> str:
     if kind != "pcm" and kind not in _CONTAINERS:
         supported = ", ".join(["pcm", *_CONTAINERS])
         raise ValueError(
-            f"cannot write {path.name!r}: unknown audio format {kind!r}; use one of {supported}"
+            f"cannot write {path.name!r}: unknown audio format {kind!r}; "
+            f"use one of {supported}"
         )
     return kind
 
