@@ -39,10 +39,12 @@ class StreamingAudioDecoder:
 class ChunkSchedule:
     """How many frames to gather before decoding the next chunk.
 
-    The first chunk is one frame, so audio starts as early as possible. Later
-    chunks grow while the audio already delivered is ahead of real time by
-    more than the time the next chunk takes to generate, which lowers
-    per-chunk overhead without letting a real-time player run dry.
+    The first chunk is one frame, so audio starts as early as possible. Each
+    later chunk may double: while the audio already delivered is ahead of real
+    time, only as far as that lead covers the time the chunk takes to
+    generate; once generation falls behind real time, pauses in playback are
+    unavoidable and larger chunks keep them fewer by cutting per-chunk decode
+    overhead.
     """
 
     def __init__(self, frame_seconds: float, max_frames: int = 16):
@@ -50,6 +52,7 @@ class ChunkSchedule:
         self._max_frames = max_frames
         self._first_chunk_at: float | None = None
         self._last_frame_at: float | None = None
+        self._last_chunk = 0
         self._delivered_seconds = 0.0
         self._seconds_per_frame = 0.0
 
@@ -67,12 +70,15 @@ class ChunkSchedule:
         if self._first_chunk_at is None:
             self._first_chunk_at = time.perf_counter()
         self._delivered_seconds += frames * self._frame_seconds
+        self._last_chunk = frames
 
     def frames_for_next_chunk(self) -> int:
         if self._first_chunk_at is None:
             return 1
+        doubled = min(self._max_frames, 2 * self._last_chunk)
         played = time.perf_counter() - self._first_chunk_at
         lead = self._delivered_seconds - played
-        per_frame = max(self._seconds_per_frame, 1e-6)
-        affordable = int(lead / (2 * per_frame))
-        return max(1, min(self._max_frames, affordable))
+        affordable = int(lead / (2 * max(self._seconds_per_frame, 1e-6)))
+        if affordable < 1:
+            return doubled
+        return min(doubled, affordable)
