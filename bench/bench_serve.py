@@ -1,0 +1,180 @@
+"""Load a running mlx-speech server with streaming requests.
+
+    python bench/bench_serve.py [--url http://127.0.0.1:8000] [--requests 16]
+        [--concurrency 1 2 4 8] [--max-new-tokens 40] [--clone] [--json out.json]
+
+For each concurrency, N requests (English and Chinese sentences) are read as
+streams. Per request: time to first packet, end-to-end latency, audio seconds,
+real-time factor, and underruns of a simulated real-time player (a wait of
+more than 100 ms for audio after playback started). Prints mean/p50/p95/p99,
+aggregate audio seconds per wall second and failures per concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import soundfile
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Streaming speech lets a listener start before the sentence is finished.",
+    "Please confirm the meeting for Thursday at half past ten.",
+    "A local server keeps your words on your own machine.",
+    "今天天气很好，我们去公园散步吧。",
+    "你好，欢迎使用本地语音合成服务。",
+    "机器学习模型可以把文字变成自然的声音。",
+    "请在周四上午十点半之前确认会议时间。",
+]
+UNDERRUN_SECONDS = 0.1
+
+
+@dataclass
+class Outcome:
+    first_packet_s: float
+    latency_s: float
+    audio_s: float
+    underruns: int
+
+
+def _reference_clip(seconds: float = 3.0, rate: int = 24000) -> str:
+    t = np.arange(int(seconds * rate)) / rate
+    voice = 0.3 * np.sin(2 * np.pi * 140 * t * (1 + 0.05 * np.sin(5 * t)))
+    buffer = io.BytesIO()
+    soundfile.write(buffer, voice, rate, format="WAV")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _one_request(client: httpx.Client, url: str, body: dict) -> Outcome:
+    started = time.perf_counter()
+    first = None
+    received = 0.0  # seconds of audio received so far
+    stalled = 0.0  # seconds the simulated player waited
+    underruns = 0
+    with client.stream(
+        "POST", f"{url}/v1/audio/speech", json=body, timeout=600
+    ) as response:
+        response.raise_for_status()
+        bytes_per_second = 2 * int(response.headers["x-audio-sample-rate"])
+        for packet in response.iter_raw():
+            now = time.perf_counter()
+            if first is None:
+                first = now
+            else:
+                played = now - first - stalled
+                if played > received:
+                    wait = played - received
+                    stalled += wait
+                    underruns += wait > UNDERRUN_SECONDS
+            received += len(packet) / bytes_per_second
+    return Outcome(first - started, time.perf_counter() - started, received, underruns)
+
+
+def _level(url: str, concurrency: int, requests: int, body: dict) -> dict:
+    outcomes: list[Outcome] = []
+    failures: list[str] = []
+    pending = list(range(requests))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        with httpx.Client() as client:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    index = pending.pop()
+                request = {**body, "input": SENTENCES[index % len(SENTENCES)]}
+                try:
+                    outcome = _one_request(client, url, request)
+                except (httpx.HTTPError, KeyError) as error:
+                    with lock:
+                        failures.append(f"{type(error).__name__}: {error}")
+                    continue
+                with lock:
+                    outcomes.append(outcome)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    return _summary(concurrency, outcomes, failures, wall)
+
+
+def _stats(values: list[float]) -> dict:
+    if not values:
+        return {}
+    array = np.asarray(values)
+    return {
+        "mean": round(float(array.mean()), 3),
+        "p50": round(float(np.percentile(array, 50)), 3),
+        "p95": round(float(np.percentile(array, 95)), 3),
+        "p99": round(float(np.percentile(array, 99)), 3),
+    }
+
+
+def _summary(concurrency: int, outcomes: list[Outcome], failures: list[str], wall: float):
+    return {
+        "concurrency": concurrency,
+        "requests": len(outcomes) + len(failures),
+        "failures": len(failures),
+        "failure_examples": failures[:3],
+        "time_to_first_packet_s": _stats([o.first_packet_s for o in outcomes]),
+        "latency_s": _stats([o.latency_s for o in outcomes]),
+        "rtf": _stats([o.latency_s / o.audio_s for o in outcomes if o.audio_s]),
+        "underruns": int(sum(o.underruns for o in outcomes)),
+        "audio_seconds_per_wall_second": round(sum(o.audio_s for o in outcomes) / wall, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--requests", type=int, default=16, help="per concurrency level")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument(
+        "--clone", action="store_true", help="send a synthesized 3 s reference"
+    )
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    body = {"response_format": "pcm", "max_new_tokens": args.max_new_tokens, "seed": 1}
+    if args.clone:
+        body["ref_audio"] = _reference_clip()
+    levels = [_level(args.url, c, args.requests, body) for c in args.concurrency]
+    print(
+        "| conc | ok/all | ttfp mean | ttfp p95 | latency p50 | latency p95 | rtf p50 "
+        "| underruns | audio s per s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for level in levels:
+        ok = level["requests"] - level["failures"]
+        ttfp, latency, rtf = (
+            level["time_to_first_packet_s"],
+            level["latency_s"],
+            level["rtf"],
+        )
+        print(
+            f"| {level['concurrency']} | {ok}/{level['requests']} | {ttfp.get('mean')} "
+            f"| {ttfp.get('p95')} | {latency.get('p50')} | {latency.get('p95')} "
+            f"| {rtf.get('p50')} | {level['underruns']} "
+            f"| {level['audio_seconds_per_wall_second']} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(levels, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
