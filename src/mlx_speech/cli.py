@@ -23,6 +23,14 @@ VOICES_DIR_HELP = (
 )
 
 
+def _model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
+    )
+
+
 def _speak_parser(commands) -> None:
     speak = commands.add_parser(
         "speak",
@@ -33,11 +41,7 @@ def _speak_parser(commands) -> None:
     speak.add_argument(
         "text", metavar="TEXT", help="text to speak; '-' reads standard input"
     )
-    speak.add_argument(
-        "--model",
-        default=None,
-        help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
-    )
+    _model_argument(speak)
     voice = speak.add_mutually_exclusive_group()
     voice.add_argument(
         "--voice",
@@ -71,11 +75,7 @@ def _serve_parser(commands) -> None:
         description="Serve /v1/audio/speech (OpenAI and vLLM-Omni compatible), "
         "/v1/audio/voices, /v1/models, /health and /metrics.",
     )
-    serve.add_argument(
-        "--model",
-        default=None,
-        help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
-    )
+    _model_argument(serve)
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import anyio
@@ -25,17 +26,46 @@ def _endless_job(progress: list[int]):
     return start
 
 
-def _delivery(idle_timeout: float, closed: list[bool]) -> Delivery:
+def _delivery(idle_timeout: float, closed: list[bool], mode: str = "audio") -> Delivery:
     return Delivery(
         response_format="pcm",
         native_rate=48000,
         output_rate=48000,
-        mode="audio",
+        mode=mode,
         idle_timeout=idle_timeout,
         metrics=Metrics(),
         accepted_at=time.perf_counter(),
         on_close=lambda: closed.append(True),
     )
+
+
+async def _never_disconnects():
+    await anyio.sleep_forever()
+
+
+def _run(response: AudioResponse, send, receive=_never_disconnects) -> None:
+    async def main():
+        with anyio.fail_after(10):
+            await response({"type": "http"}, receive, send)
+
+    anyio.run(main)
+
+
+def _recorded(response: AudioResponse) -> list[dict]:
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    _run(response, send)
+    return sent
+
+
+def _wait_until_idle(engine: Engine) -> None:
+    deadline = time.monotonic() + 5
+    while engine.load != (0, 0):
+        assert time.monotonic() < deadline, engine.load
+        time.sleep(0.01)
 
 
 def test_a_client_that_stops_reading_is_cancelled_after_the_idle_timeout():
@@ -50,21 +80,14 @@ def test_a_client_that_stops_reading_is_cancelled_after_the_idle_timeout():
         if len(sent) > 3:
             await anyio.sleep_forever()  # the client's window never opens again
 
-    async def receive():
-        await anyio.sleep_forever()
-
-    async def main():
-        with anyio.fail_after(10):
-            await response({"type": "http"}, receive, send)
-
     started = time.perf_counter()
-    anyio.run(main)
+    _run(response, send)
     assert 0.3 <= time.perf_counter() - started < 5
     assert closed == [True]
-    time.sleep(0.2)
+    _wait_until_idle(engine)
     frames = len(progress)
     time.sleep(0.2)
-    assert len(progress) == frames and engine.load == (0, 0)
+    assert len(progress) == frames
 
 
 def test_disconnect_before_the_first_chunk_cancels_the_job():
@@ -75,84 +98,47 @@ def test_disconnect_before_the_first_chunk_cancels_the_job():
         while True:
             yield None  # working on the first chunk
 
-    response = AudioResponse(engine.stream(start), _delivery(30, closed))
-
-    async def receive():
+    async def disconnects():
         await anyio.sleep(0.2)
         return {"type": "http.disconnect"}
 
     async def send(message):
         raise AssertionError("nothing should be sent")
 
-    async def main():
-        with anyio.fail_after(10):
-            await response({"type": "http"}, receive, send)
-
-    anyio.run(main)
+    _run(AudioResponse(engine.stream(start), _delivery(30, closed)), send, disconnects)
     assert closed == [True]
-    deadline = time.monotonic() + 5
-    while engine.load != (0, 0):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    _wait_until_idle(engine)
 
 
 def test_a_failing_send_cancels_the_job():
     engine = Engine()
-    progress: list[int] = []
     closed: list[bool] = []
-    response = AudioResponse(engine.stream(_endless_job(progress)), _delivery(30, closed))
+    response = AudioResponse(engine.stream(_endless_job([])), _delivery(30, closed))
 
     async def send(message):
         if message["type"] == "http.response.body":
             raise OSError("connection reset")
 
-    async def receive():
-        await anyio.sleep_forever()
-
-    async def main():
-        await response({"type": "http"}, receive, send)
-
     with pytest.raises(Exception, match="connection reset|unhandled errors"):
-        anyio.run(main)
+        _run(response, send)
     assert closed == [True]
-    deadline = time.monotonic() + 5
-    while engine.load != (0, 0):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-
-
-def _events(sent: list[dict]) -> list[dict]:
-    import json
-
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return [
-        json.loads(line[6:])
-        for line in body.decode().splitlines()
-        if line.startswith("data: ")
-    ]
+    _wait_until_idle(engine)
 
 
 def test_a_failure_mid_stream_becomes_an_sse_error_event():
     engine = Engine()
-    closed: list[bool] = []
 
     def start():
         yield Audio(np.zeros(960, dtype=np.float32), 48000)
         raise RuntimeError("codec exploded")
 
-    delivery = _delivery(30, closed)
-    delivery.mode = "sse"
-    response = AudioResponse(engine.stream(start), delivery)
-    sent: list[dict] = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def receive():
-        await anyio.sleep_forever()
-
-    anyio.run(response, {"type": "http"}, receive, send)
-    events = _events(sent)
+    sent = _recorded(AudioResponse(engine.stream(start), _delivery(30, [], mode="sse")))
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    events = [
+        json.loads(line[6:])
+        for line in body.decode().splitlines()
+        if line.startswith("data: ")
+    ]
     assert [e["type"] for e in events] == ["speech.audio.delta", "speech.audio.error"]
     assert events[1]["error"]["message"] == "codec exploded"
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
@@ -165,15 +151,6 @@ def test_a_failure_before_any_audio_is_a_json_500():
         raise RuntimeError("the codec produced non-finite audio")
         yield
 
-    response = AudioResponse(engine.stream(start), _delivery(30, []))
-    sent: list[dict] = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def receive():
-        await anyio.sleep_forever()
-
-    anyio.run(response, {"type": "http"}, receive, send)
+    sent = _recorded(AudioResponse(engine.stream(start), _delivery(30, [])))
     assert sent[0]["status"] == 500
     assert b'"type":"server_error"' in sent[1]["body"]
