@@ -347,3 +347,14 @@ def test_saved_voice_base64_and_upload_give_the_same_audio(voice_server):
         max_new_tokens=4,
     ).content
     assert by_name == inline
+
+
+def test_the_prompt_prefix_of_a_voice_is_reused_with_identical_results(
+    voices_tts, reference_clip
+):
+    clip = reference_clip.read_bytes()
+    first = voices_tts.speak("One sentence here.", voice=clip, seed=6, max_new_tokens=5)
+    hits = voices_tts.stats()["prompt_prefix_cache_hits"]
+    second = voices_tts.speak("One sentence here.", voice=clip, seed=6, max_new_tokens=5)
+    assert voices_tts.stats()["prompt_prefix_cache_hits"] == hits + 1
+    np.testing.assert_array_equal(first.samples, second.samples)

@@ -1,4 +1,5 @@
-"""Encoded reference clips, kept in memory (LRU, bounded in bytes)."""
+"""Per-reference state kept in memory (LRU, bounded in bytes): encoded clips,
+and the prompt prefix's KV state for each voice."""
 
 from __future__ import annotations
 
@@ -18,34 +19,36 @@ def clip_key(samples: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-class ReferenceCache:
+class ByteBoundedLRU:
+    """Values with a size in bytes; the least recently used go first."""
+
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES):
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[object, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: str) -> np.ndarray | None:
+    def get(self, key: str):
         with self._lock:
-            codes = self._entries.get(key)
-            if codes is None:
+            entry = self._entries.get(key)
+            if entry is None:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-            return codes
+            return entry[0]
 
-    def put(self, key: str, codes: np.ndarray) -> None:
-        if codes.nbytes > self.max_bytes:
+    def put(self, key: str, value, size: int) -> None:
+        if size > self.max_bytes:
             return
         with self._lock:
             previous = self._entries.pop(key, None)
             if previous is not None:
-                self._bytes -= previous.nbytes
-            self._entries[key] = codes
-            self._bytes += codes.nbytes
+                self._bytes -= previous[1]
+            self._entries[key] = (value, size)
+            self._bytes += size
             while self._bytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted

@@ -47,3 +47,27 @@ class BlockKVCache:
 
 def block_caches(layers: int, block: int = BLOCK) -> list[BlockKVCache]:
     return [BlockKVCache(block) for _ in range(layers)]
+
+
+Snapshot = list[tuple[mx.array, mx.array]]
+
+
+def snapshot(caches: list[BlockKVCache]) -> Snapshot:
+    """The filled part of each layer's keys and values, evaluated."""
+    taken = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in caches]
+    mx.eval(taken)
+    return taken
+
+
+def restore(taken: Snapshot, block: int = BLOCK) -> list[BlockKVCache]:
+    """Caches that continue from a snapshot (which later writes leave untouched)."""
+    caches = []
+    for keys, values in taken:
+        cache = BlockKVCache(block)
+        cache.keys, cache.values, cache.offset = keys, values, keys.shape[2]
+        caches.append(cache)
+    return caches
+
+
+def snapshot_bytes(taken: Snapshot) -> int:
+    return sum(keys.nbytes + values.nbytes for keys, values in taken)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
 
-from .kv_cache import block_caches
+from .kv_cache import BlockKVCache, block_caches
 from .sampling import HeadSampler, KeySequence, RepetitionHistory, penalize_repeats
 
 
@@ -45,8 +45,12 @@ def frames(
     prompt: mx.array,
     sampling: FrameSampling,
     keys: KeySequence,
+    cache: list[BlockKVCache] | None = None,
 ) -> Iterator[mx.array]:
-    """Yield one frame of codes, shape ``[n_vq]``, per step until the model stops."""
+    """Yield one frame of codes, shape ``[n_vq]``, per step until the model stops.
+
+    ``cache`` may already hold the start of the prompt; ``prompt`` is the rest.
+    """
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
     candidates = mx.array(
@@ -54,7 +58,8 @@ def frames(
         dtype=mx.int32,
     )
     candidate_weights = model.transformer.wte.weight[candidates]
-    cache = block_caches(len(model.transformer.h))
+    if cache is None:
+        cache = block_caches(len(model.transformer.h))
     local_cache = block_caches(len(model.local_transformer.h), block=config.n_vq + 1)
     history = RepetitionHistory(config.audio_codebook_sizes)
     inputs = embed_rows(model, prompt)

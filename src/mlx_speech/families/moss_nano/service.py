@@ -15,6 +15,7 @@ from mlx.utils import tree_flatten
 from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.tts.models.moss_tts_nano import Model
 from mlx_audio.tts.models.moss_tts_nano.text import (
+    build_user_prompt_prefix,
     lightweight_normalize_text,
     split_text_into_best_sentences,
 )
@@ -24,9 +25,10 @@ from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..options import SamplingOptions, parse_sampling
-from ..reference_cache import ReferenceCache, clip_key
+from ..reference_cache import ByteBoundedLRU, clip_key
 from .codec import ChunkSchedule, StreamingAudioDecoder, samples_per_frame
-from .loop import FrameSampling, frames
+from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
+from .loop import FrameSampling, embed_rows, frames
 from .reference import is_audio_path, load_reference
 from .sampling import HeadSampler, KeySequence
 
@@ -67,7 +69,12 @@ class NanoService:
         self._model = model
         self._codec = codec
         self._codec_id = codec_id
-        self._references = ReferenceCache()
+        self._references = ByteBoundedLRU()  # clip key → codes
+        self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
+        self._prefix_text_rows = (
+            len(build_user_prompt_prefix(model.tokenizer, model.config))
+            + 1  # + audio start
+        )
         self._encodes = 0
         self._saved_voice_hits = 0
         self.sample_rate = int(codec.sample_rate)
@@ -77,6 +84,7 @@ class NanoService:
         return {
             "reference_cache_hits": self._references.hits,
             "reference_cache_misses": self._references.misses,
+            "prompt_prefix_cache_hits": self._prefixes.hits,
             "reference_encodes": self._encodes,
             "saved_voice_code_hits": self._saved_voice_hits,
         }
@@ -163,8 +171,10 @@ class NanoService:
         schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
         for segment in request.segments:
-            prompt = self._prompt(segment, reference_codes)
-            for frame in frames(self._model, prompt, request.sampling, keys):
+            cache, rows = self._prefilled(
+                self._prompt(segment, reference_codes), reference_codes
+            )
+            for frame in frames(self._model, rows, request.sampling, keys, cache):
                 schedule.frame_done()
                 gathered.append(frame)
                 if len(gathered) < schedule.frames_for_next_chunk():
@@ -185,7 +195,7 @@ class NanoService:
         )
         codes = np.asarray(encoded, dtype=np.int32)
         self._encodes += 1
-        self._references.put(reference.key, codes)
+        self._references.put(reference.key, codes, codes.nbytes)
         if reference.saved is not None:
             reference.saved.save_codes(self._codec_id, codes)
         return codes
@@ -198,6 +208,28 @@ class NanoService:
             prompt_audio_codes=reference_codes,
         )
         return input_ids
+
+    def _prefilled(
+        self, prompt: mx.array, reference_codes: mx.array | None
+    ) -> tuple[list[BlockKVCache] | None, mx.array]:
+        """A cache holding the voice's prompt prefix, and the rows still to prefill.
+
+        Up to and including the reference rows, a cloning prompt is the same
+        for every request with that voice; its KV state is computed once.
+        """
+        if reference_codes is None:
+            return None, prompt
+        split = self._prefix_text_rows + reference_codes.shape[0]
+        key = clip_key(np.asarray(reference_codes))
+        taken = self._prefixes.get(key)
+        if taken is None:
+            cache = block_caches(len(self._model.transformer.h))
+            self._model.transformer(
+                inputs_embeds=embed_rows(self._model, prompt[:, :split]), cache=cache
+            )
+            taken = snapshot(cache)
+            self._prefixes.put(key, taken, snapshot_bytes(taken))
+        return restore(taken), prompt[:, split:]
 
     def _chunk(
         self,
