@@ -106,3 +106,22 @@ def test_cancel_runs_the_jobs_cleanup_on_the_worker():
         time.sleep(0.01)
     assert cleaned == ["mlx-speech-worker"]
     assert engine.load == (0, 0)
+
+
+def test_shutdown_ends_the_streams_of_running_and_waiting_jobs():
+    engine = Engine(max_active=1)
+
+    def endless():
+        while True:
+            yield None
+
+    running, waiting = engine.stream(endless), engine.stream(endless)
+    for stream in (running, waiting):
+        with pytest.raises(TimeoutError):
+            stream.get(timeout=0.05)
+    engine.shutdown()
+    for stream in (running, waiting):
+        with pytest.raises(StopIteration):
+            stream.get(timeout=5)
+    with pytest.raises(RuntimeError, match="shut down"):
+        next(engine.stream(endless))

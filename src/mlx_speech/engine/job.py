@@ -82,8 +82,13 @@ class Job:
         return True
 
     def close(self) -> None:
-        """Worker thread: release the job's model state (runs its ``finally``)."""
+        """Worker thread: release the job's model state (runs its ``finally``);
+        a reader still waiting is told the stream ended."""
         self.finished = True
         steps, self._steps = self._steps, None
         if steps is not None and hasattr(steps, "close"):
             steps.close()
+        try:
+            self.output.put_nowait(END)
+        except queue.Full:
+            pass  # the reader has an item to take first, or the end already

@@ -84,7 +84,7 @@ class Engine:
         with self._wakeup:
             while True:
                 if self._closing:
-                    for job in self._active:
+                    for job in [*self._active, *self._waiting]:
                         job.close()
                     self._active.clear()
                     self._waiting.clear()
