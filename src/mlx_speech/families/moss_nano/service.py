@@ -133,11 +133,10 @@ class NanoService:
             if stored is not None:
                 self._saved_voice_hits += 1
                 return Reference(samples=None, codes=stored, saved=voice)
-            samples = self._clip(voice.clip)
-            cached = self._cached(samples)
-            if cached is not None:
-                voice.save_codes(self._codec_id, cached)
-            return Reference(samples, cached, clip_key(samples), voice)
+            reference = self._decoded(voice.clip, saved=voice)
+            if reference.codes is not None:
+                voice.save_codes(self._codec_id, reference.codes)
+            return reference
         if isinstance(voice, str) and not is_audio_path(voice):
             raise InvalidRequest(
                 "voice",
@@ -145,19 +144,18 @@ class NanoService:
                 "presets; pass 'default', a saved voice name, a path to an audio file, "
                 "audio bytes or (samples, sample_rate)",
             )
-        samples = self._clip(voice)
-        return Reference(samples, self._cached(samples), clip_key(samples))
+        return self._decoded(voice)
 
-    def _clip(self, source: Any) -> np.ndarray:
-        return load_reference(
+    def _decoded(self, source: Any, saved: SavedVoice | None = None) -> Reference:
+        """The clip at the codec rate, with its codes if they are cached."""
+        samples = load_reference(
             source,
             sample_rate=self.sample_rate,
             channels=self._codec.channels,
             samples_per_frame=self.samples_per_frame,
         )
-
-    def _cached(self, samples: np.ndarray) -> np.ndarray | None:
-        return self._references.get(clip_key(samples))
+        key = clip_key(samples)
+        return Reference(samples, self._references.get(key), key, saved)
 
     # Worker thread.
     def synthesize(self, request: NanoRequest) -> Iterator[Audio | None]:
