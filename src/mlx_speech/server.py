@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -116,20 +117,28 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
                 f"{waiting} requests are already waiting; try again shortly",
                 headers={"retry-after": str(settings.retry_after_seconds)},
             )
+        in_flight.add(1)  # before the await below, so the queue bound holds
         try:
-            chunks = tts.stream(parsed.text, voice=parsed.voice, **parsed.options)
+            # Validation decodes reference audio: keep it off the event loop.
+            chunks = await anyio.to_thread.run_sync(
+                partial(tts.stream, parsed.text, voice=parsed.voice, **parsed.options)
+            )
         except InvalidRequest as error:
+            in_flight.add(-1)
             param = "input" if error.param == "text" else error.param
             raise ApiError(400, str(error), param=param) from None
         except ValueError as error:
+            in_flight.add(-1)
             raise ApiError(400, str(error)) from None
+        except BaseException:
+            in_flight.add(-1)
+            raise
         log.info(
             "speech: model=%s format=%s chars=%d",
             body.get("model"),
             parsed.response_format,
             len(parsed.text),
         )
-        in_flight.add(1)
         metrics.active_streams += 1
 
         def on_close() -> None:
