@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ModelLoadError
-from .families import moss_nano
+from .families import SpeechService, moss_nano
 
 # model_type in config.json → the family's loader (runs on the worker).
-FAMILIES: dict[str, Callable[[Path], object]] = {
+FAMILIES: dict[str, Callable[[Path], SpeechService]] = {
     moss_nano.FAMILY: moss_nano.load,
 }
 
@@ -37,7 +37,7 @@ def resolve_model_dir(model: str | Path) -> Path:
         ) from error
 
 
-def family_loader(model_dir: Path) -> Callable[[Path], object]:
+def family_loader(model_dir: Path) -> Callable[[Path], SpeechService]:
     config_path = model_dir / "config.json"
     try:
         config = json.loads(config_path.read_text())

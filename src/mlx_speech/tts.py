@@ -8,11 +8,12 @@ import numpy as np
 
 from .audio import Audio
 from .engine import ChunkStream, Engine
+from .families import SpeechService
 from .voice_store import UnknownVoice, VoiceStore
 
 
 class TTS:
-    def __init__(self, service: Any, engine: Engine, voice_store: VoiceStore):
+    def __init__(self, service: SpeechService, engine: Engine, voice_store: VoiceStore):
         self._service = service
         self._engine = engine
         self.voice_store = voice_store

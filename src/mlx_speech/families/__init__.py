@@ -1,1 +1,38 @@
-"""Model families: each folder holds one family's loop and service."""
+"""Model families: each folder holds one family's loop and its service.
+
+A service is what the engine and the transports use; they know nothing else
+about a family. ``registry.FAMILIES`` maps a checkpoint's ``model_type`` to the
+family's loader, which runs on the MLX worker and returns a service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from ..audio import Audio
+
+
+class SpeechService(Protocol):
+    name: str  # the family, e.g. "moss_tts_nano"
+    sample_rate: int  # of the audio it yields
+    voices: tuple[str, ...]  # preset voice names
+
+    def prepare(
+        self,
+        text: Any,
+        voice: Any = None,
+        ref_text: Any = None,
+        instructions: Any = None,
+        language: Any = None,
+        **sampling: Any,
+    ) -> Any:
+        """Caller's thread, no MLX: validate (``InvalidRequest`` naming the field),
+        apply defaults, fix the seed. Returns the request ``synthesize`` takes."""
+
+    def synthesize(self, request: Any) -> Iterator[Audio | None]:
+        """Worker thread: one step per frame, yielding a chunk or ``None``; the
+        engine stops calling it when the request is cancelled."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters for /metrics (may be empty)."""
