@@ -125,3 +125,19 @@ def test_shutdown_ends_the_streams_of_running_and_waiting_jobs():
             stream.get(timeout=5)
     with pytest.raises(RuntimeError, match="shut down"):
         next(engine.stream(endless))
+
+
+def test_a_cleanup_that_fails_does_not_stop_the_worker():
+    engine = Engine()
+
+    def start():
+        try:
+            while True:
+                yield "x"
+        finally:
+            raise RuntimeError("cleanup exploded")
+
+    stream = engine.stream(start)
+    assert next(stream) == "x"
+    stream.cancel()
+    assert engine.call(lambda: "still serving") == "still serving"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+log = logging.getLogger("mlx_speech.engine")
 
 # Items a job's output queue carries besides its chunks.
 END = object()
@@ -87,7 +90,10 @@ class Job:
         self.finished = True
         steps, self._steps = self._steps, None
         if steps is not None and hasattr(steps, "close"):
-            steps.close()
+            try:
+                steps.close()
+            except Exception:  # noqa: BLE001 - a failing cleanup must not stop the worker
+                log.exception("a job's cleanup failed")
         try:
             self.output.put_nowait(END)
         except queue.Full:
