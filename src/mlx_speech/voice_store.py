@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,6 +26,8 @@ import numpy as np
 import soundfile
 
 from .errors import InvalidRequest
+
+log = logging.getLogger("mlx_speech.voices")
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 RESERVED_NAMES = {"default"}
@@ -84,9 +87,14 @@ class SavedVoice:
             return None
 
     def save_codes(self, codec_id: str, codes: np.ndarray) -> None:
+        """Best effort: stored codes only save encoder time later, so a voice
+        deleted meanwhile or a full disk costs nothing but a log line."""
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(codes, dtype=np.int32), allow_pickle=False)
-        _write_atomically(self.codes_path(codec_id), buffer.getvalue())
+        try:
+            _write_atomically(self.codes_path(codec_id), buffer.getvalue())
+        except OSError as error:
+            log.warning("could not store codes for voice %s: %s", self.name, error)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -358,3 +358,12 @@ def test_the_prompt_prefix_of_a_voice_is_reused_with_identical_results(
     second = voices_tts.speak("One sentence here.", voice=clip, seed=6, max_new_tokens=5)
     assert voices_tts.stats()["prompt_prefix_cache_hits"] == hits + 1
     np.testing.assert_array_equal(first.samples, second.samples)
+
+
+def test_a_voice_deleted_while_in_use_does_not_fail_the_request(voices_tts, reference_clip):
+    voice = voices_tts.voice_store.add("fleeting", reference_clip.read_bytes())
+    stream = voices_tts.stream("Hello.", voice="fleeting", seed=3, max_new_tokens=3)
+    voices_tts.voice_store.remove("fleeting")  # before the worker encodes and stores codes
+    audio = [chunk.samples for chunk in stream]
+    assert sum(len(samples) for samples in audio) == 3 * FRAME
+    assert not voice.folder.exists()
