@@ -12,10 +12,11 @@ import numpy as np
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 
-def clip_key(samples: np.ndarray) -> str:
-    """Identifies decoded audio, however it was sent (base64, file, samples)."""
-    digest = hashlib.sha256(str(samples.shape).encode())
-    digest.update(np.ascontiguousarray(samples, dtype=np.float32).tobytes())
+def content_key(array: np.ndarray) -> str:
+    """Identifies an array by its shape, dtype and values: decoded audio however
+    it was sent (base64, file, samples), or a voice's codes."""
+    digest = hashlib.sha256(f"{array.shape}{array.dtype}".encode())
+    digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
 
 

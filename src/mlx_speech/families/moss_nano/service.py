@@ -25,7 +25,7 @@ from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..options import SamplingOptions, parse_sampling
-from ..reference_cache import ByteBoundedLRU, clip_key
+from ..reference_cache import ByteBoundedLRU, content_key
 from .codec import ChunkSchedule, StreamingAudioDecoder, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameSampling, embed_rows, frames
@@ -154,7 +154,7 @@ class NanoService:
             channels=self._codec.channels,
             samples_per_frame=self.samples_per_frame,
         )
-        key = clip_key(samples)
+        key = content_key(samples)
         return Reference(samples, self._references.get(key), key, saved)
 
     # Worker thread.
@@ -162,15 +162,16 @@ class NanoService:
         """One step per frame: ``None`` while gathering a chunk, then the chunk."""
         keys = KeySequence(request.seed)
         n_vq = self._model.config.n_vq
-        reference_codes = None
+        reference_codes, prefix_key = None, None
         if request.reference is not None:
-            reference_codes = mx.array(self._reference_codes(request.reference))
+            codes = self._reference_codes(request.reference)
+            reference_codes, prefix_key = mx.array(codes), content_key(codes)
         decoder = StreamingAudioDecoder(self._codec, n_vq)
         schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
         for segment in request.segments:
             cache, rows = self._prefilled(
-                self._prompt(segment, reference_codes), reference_codes
+                self._prompt(segment, reference_codes), reference_codes, prefix_key
             )
             for frame in frames(self._model, rows, request.sampling, keys, cache):
                 schedule.frame_done()
@@ -208,7 +209,7 @@ class NanoService:
         return input_ids
 
     def _prefilled(
-        self, prompt: mx.array, reference_codes: mx.array | None
+        self, prompt: mx.array, reference_codes: mx.array | None, key: str | None
     ) -> tuple[list[BlockKVCache] | None, mx.array]:
         """A cache holding the voice's prompt prefix, and the rows still to prefill.
 
@@ -218,7 +219,6 @@ class NanoService:
         if reference_codes is None:
             return None, prompt
         split = self._prefix_text_rows + reference_codes.shape[0]
-        key = clip_key(np.asarray(reference_codes))
         taken = self._prefixes.get(key)
         if taken is None:
             cache = block_caches(len(self._model.transformer.h))
