@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from .engine import ChunkStream
 from .errors import InvalidRequest
 from .http.adapter import AudioResponse, Delivery
 from .http.errors import ApiError
 from .http.metrics import Metrics
-from .http.speech_request import RequestRules, parse_speech_request
+from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .tts import TTS
 from .voice_store import UnknownVoice, VoiceExists, VoiceStore
 
@@ -89,7 +89,6 @@ class ModelSlot:
 def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlette:
     slot = ModelSlot(settings.model, load)
     metrics = Metrics()
-    in_flight = Counter()
     store = VoiceStore(settings.voices_dir)
     store.sweep()
 
@@ -110,28 +109,19 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
             media_root=settings.allowed_local_media_path,
         )
         parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
-        waiting = in_flight.value - tts.max_active_jobs
+        waiting = metrics.in_flight - tts.max_active_jobs
         if waiting >= settings.max_queue:
             raise ApiError(
                 429,
                 f"{waiting} requests are already waiting; try again shortly",
                 headers={"retry-after": str(settings.retry_after_seconds)},
             )
-        in_flight.add(1)  # before the await below, so the queue bound holds
+        metrics.request_opened()  # before the await below, so the queue bound holds
         try:
             # Validation decodes reference audio: keep it off the event loop.
-            chunks = await anyio.to_thread.run_sync(
-                partial(tts.stream, parsed.text, voice=parsed.voice, **parsed.options)
-            )
-        except InvalidRequest as error:
-            in_flight.add(-1)
-            param = "input" if error.param == "text" else error.param
-            raise ApiError(400, str(error), param=param) from None
-        except ValueError as error:
-            in_flight.add(-1)
-            raise ApiError(400, str(error)) from None
+            chunks = await anyio.to_thread.run_sync(_open_stream, tts, parsed)
         except BaseException:
-            in_flight.add(-1)
+            metrics.request_closed()
             raise
         log.info(
             "speech: model=%s format=%s chars=%d",
@@ -139,11 +129,6 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
             parsed.response_format,
             len(parsed.text),
         )
-        metrics.active_streams += 1
-
-        def on_close() -> None:
-            in_flight.add(-1)
-            metrics.active_streams -= 1
 
         mode = ("sse" if parsed.sse else "audio") if parsed.stream else "buffered"
         delivery = Delivery(
@@ -154,7 +139,7 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
             idle_timeout=settings.stream_idle_timeout,
             metrics=metrics,
             accepted_at=time.perf_counter(),
-            on_close=on_close,
+            on_close=metrics.request_closed,
         )
         return AudioResponse(chunks, delivery)
 
@@ -204,12 +189,12 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
         return JSONResponse({"status": "ok", "model": slot.name})
 
     async def prometheus(request: Request) -> Response:
-        waiting = 0
-        if slot.tts is not None:
-            waiting = max(0, in_flight.value - slot.tts.max_active_jobs)
         counters = slot.tts.stats() if slot.tts is not None else {}
         return PlainTextResponse(
-            metrics.render(queue_depth=waiting, counters=counters),
+            metrics.render(
+                generating_at_once=slot.tts.max_active_jobs if slot.tts else 0,
+                counters=counters,
+            ),
             media_type="text/plain; version=0.0.4",
         )
 
@@ -242,14 +227,15 @@ def _loading(slot: ModelSlot):
     return lifespan
 
 
-class Counter:
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.value = 0
-
-    def add(self, delta: int) -> None:
-        with self._lock:
-            self.value += delta
+def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:
+    """Validate with the family and get the job's stream; bad requests are 400s."""
+    try:
+        return tts.stream(parsed.text, voice=parsed.voice, **parsed.options)
+    except InvalidRequest as error:
+        param = "input" if error.param == "text" else error.param
+        raise ApiError(400, str(error), param=param) from None
+    except ValueError as error:
+        raise ApiError(400, str(error)) from None
 
 
 async def _json_body(request: Request, limit: int) -> Any:

@@ -43,7 +43,20 @@ class Metrics:
         self._responses: Counter[int] = Counter()
         self._ttfa = Histogram(TTFA_BUCKETS)
         self._rtf = Histogram(RTF_BUCKETS)
-        self.active_streams = 0
+        self._in_flight = 0  # accepted speech requests not yet finished
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def request_opened(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+
+    def request_closed(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def response(self, status: int) -> None:
         with self._lock:
@@ -58,8 +71,10 @@ class Metrics:
             with self._lock:
                 self._rtf.observe(generation_seconds / audio_seconds)
 
-    def render(self, queue_depth: int, counters: dict[str, int]) -> str:
+    def render(self, generating_at_once: int, counters: dict[str, int]) -> str:
+        """``generating_at_once``: requests the engine runs before others wait."""
         with self._lock:
+            queue_depth = max(0, self._in_flight - generating_at_once)
             lines = ["# TYPE mlx_speech_requests_total counter"]
             lines += [
                 f'mlx_speech_requests_total{{status="{status}"}} {count}'
@@ -69,7 +84,7 @@ class Metrics:
                 "# TYPE mlx_speech_queue_depth gauge",
                 f"mlx_speech_queue_depth {queue_depth}",
                 "# TYPE mlx_speech_active_streams gauge",
-                f"mlx_speech_active_streams {self.active_streams}",
+                f"mlx_speech_active_streams {self._in_flight - queue_depth}",
             ]
             for name, value in sorted(counters.items()):
                 lines += [
