@@ -7,11 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ModelLoadError
-from .families import SpeechService, moss_nano
+from .families import SpeechService, moss_nano, qwen3
 
 # model_type in config.json → the family's loader (runs on the worker).
 FAMILIES: dict[str, Callable[[Path], SpeechService]] = {
     moss_nano.FAMILY: moss_nano.load,
+    qwen3.FAMILY: qwen3.load,
 }
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mlx_speech import blas
+from mlx_speech.families.chunk_schedule import ChunkSchedule
 from mlx_speech.families.moss_nano import codec
-from mlx_speech.families.moss_nano.codec import ChunkSchedule
 
 
 class Clock:

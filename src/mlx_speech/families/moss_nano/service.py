@@ -24,12 +24,13 @@ from mlx_audio.tts.utils import load_model
 from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
+from ..chunk_schedule import ChunkSchedule
 from ..options import SamplingOptions, parse_sampling
+from ..reference_audio import is_audio_path, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
-from .codec import ChunkSchedule, StreamingAudioDecoder, samples_per_frame
+from .codec import StreamingAudioDecoder, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameSampling, embed_rows, frames
-from .reference import is_audio_path, load_reference
 from .sampling import HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"

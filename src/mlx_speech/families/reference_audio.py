@@ -11,7 +11,7 @@ import numpy as np
 import soundfile
 from mlx_audio.utils import resample_audio
 
-from ...errors import InvalidRequest
+from ..errors import InvalidRequest
 
 MIN_SECONDS = 0.5
 MAX_SECONDS = 30.0

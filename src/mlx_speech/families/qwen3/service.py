@@ -1,0 +1,278 @@
+"""The Qwen3-TTS family: validation by checkpoint kind (caller's thread) and
+synthesis (worker thread).
+
+A checkpoint is one of three kinds (``tts_model_type``): CustomVoice speaks
+preset speakers, with ``instructions`` as a style prompt; VoiceDesign speaks
+the voice ``instructions`` describe; Base clones a reference clip, which needs
+its transcript (``ref_text``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_audio.tts.utils import load_model
+
+from ...audio import Audio
+from ...errors import GenerationError, InvalidRequest, ModelLoadError
+from ...voice_store import SavedVoice
+from ..chunk_schedule import ChunkSchedule
+from ..global_random import GlobalRandomKey
+from ..options import SamplingOptions, parse_sampling
+from ..reference_audio import is_audio_path, load_reference
+from .decoder import RequestDecoder
+from .loop import Prompt, Sampling, frames
+
+FAMILY = "qwen3_tts"
+MAX_FRAMES = 4096
+ICL_MIN_REPETITION_PENALTY = 1.5  # mlx-audio's floor for cloning
+
+
+@dataclass(frozen=True)
+class Qwen3Request:
+    segments: list[str]
+    speaker: str | None
+    instructions: str | None
+    language: str
+    reference: np.ndarray | None  # mono samples at the model rate
+    ref_text: str | None
+    sampling: Sampling
+    seed: int
+
+
+class Qwen3Service:
+    name = FAMILY
+
+    def __init__(self, model):
+        self._model = model
+        self.kind = model.config.tts_model_type
+        self.voices = tuple(model.get_supported_speakers() or ())
+        self.languages = tuple(model.get_supported_languages())
+        self.sample_rate = int(model.sample_rate)
+        codec = model.speech_tokenizer
+        self._frame_seconds = codec.decoder.total_upsample / self.sample_rate
+        self._reference_hop = int(codec.encode_downsample_rate)
+        self._can_clone = bool(codec.has_encoder)
+        self._takes_style = model.config.tts_model_size != "0b6"
+        options = model._resolve_generation_options(None, None, None, None, None)
+        self._defaults = SamplingOptions(
+            temperature=options["temperature"],
+            top_p=options["top_p"],
+            top_k=options["top_k"],
+            repetition_penalty=options["repetition_penalty"],
+            max_new_tokens=min(options["max_tokens"], MAX_FRAMES),
+        )
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    # Caller's thread: nothing here touches MLX.
+    def prepare(
+        self,
+        text: Any,
+        voice: Any = None,
+        ref_text: Any = None,
+        instructions: Any = None,
+        language: Any = None,
+        **sampling: Any,
+    ) -> Qwen3Request:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequest("text", "text must be a non-empty string")
+        if instructions is not None and (
+            not isinstance(instructions, str) or not instructions.strip()
+        ):
+            raise InvalidRequest("instructions", "instructions must be a non-empty string")
+        if ref_text is not None and not isinstance(ref_text, str):
+            raise InvalidRequest("ref_text", "ref_text must be a string")
+        options = parse_sampling(sampling, self._defaults, MAX_FRAMES)
+        speaker, reference, ref_text = self._voice(voice, ref_text)
+        self._check_instructions(instructions)
+        if reference is not None:
+            penalty = max(options.repetition_penalty, ICL_MIN_REPETITION_PENALTY)
+        else:
+            penalty = options.repetition_penalty
+        # Like mlx-audio, plain Base generation speaks each line on its own.
+        lines = [line.strip() for line in text.split("\n") if line.strip()]
+        plain_base = self.kind == "base" and reference is None
+        return Qwen3Request(
+            segments=lines if plain_base else [text],
+            speaker=speaker,
+            instructions=instructions,
+            language=self._language(language),
+            reference=reference,
+            ref_text=ref_text,
+            sampling=Sampling(
+                temperature=options.temperature,
+                top_k=options.top_k,
+                top_p=options.top_p,
+                repetition_penalty=penalty,
+                max_frames=options.max_new_tokens,
+            ),
+            seed=options.seed,
+        )
+
+    def _voice(self, voice: Any, ref_text: str | None):
+        """(preset speaker, reference samples, ref_text) for this kind."""
+        if voice is None or voice == "default":
+            if self.kind == "custom_voice":
+                return self.voices[0], None, ref_text
+            return None, None, ref_text
+        if isinstance(voice, str) and not is_audio_path(voice):
+            matches = [name for name in self.voices if name.lower() == voice.lower()]
+            if matches:
+                return matches[0], None, ref_text
+            raise InvalidRequest("voice", self._unknown_voice(voice))
+        if self.kind != "base":
+            raise InvalidRequest(
+                "voice",
+                f"this Qwen3-TTS {self.kind} checkpoint cannot clone a reference clip; "
+                + ("pick a preset voice" if self.voices else "describe the voice in "
+                   "instructions"),
+            )
+        if not self._can_clone:
+            raise InvalidRequest(
+                "voice",
+                "this Qwen3-TTS Base checkpoint has no speech-tokenizer encoder, so it "
+                "cannot clone a reference clip",
+            )
+        if isinstance(voice, SavedVoice):
+            ref_text = ref_text if ref_text is not None else voice.ref_text
+            voice = voice.clip
+        if not ref_text or not ref_text.strip():
+            raise InvalidRequest(
+                "ref_text",
+                "Qwen3-TTS clones from a reference clip and its transcript: pass ref_text "
+                "(the words spoken in the clip)",
+            )
+        samples = load_reference(
+            voice, sample_rate=self.sample_rate, channels=1,
+            samples_per_frame=self._reference_hop,
+        )
+        return None, samples[:, 0], ref_text
+
+    def _unknown_voice(self, voice: str) -> str:
+        if self.voices:
+            return (
+                f"unknown voice {voice!r}; this checkpoint's preset voices are "
+                f"{', '.join(self.voices)} (or a saved voice name)"
+            )
+        if self.kind == "base":
+            return (
+                f"unknown voice {voice!r}: Qwen3-TTS Base has no presets; clone a voice "
+                "with ref_audio and ref_text, or name a saved voice"
+            )
+        return (
+            f"unknown voice {voice!r}: Qwen3-TTS VoiceDesign takes no voice; describe "
+            "the voice in instructions"
+        )
+
+    def _check_instructions(self, instructions: str | None) -> None:
+        if self.kind == "voice_design" and instructions is None:
+            raise InvalidRequest(
+                "instructions",
+                "Qwen3-TTS VoiceDesign needs instructions: a description of the voice "
+                "(e.g. 'a calm, low male voice')",
+            )
+        if instructions is None or self.kind == "voice_design":
+            return
+        if self.kind == "base":
+            raise InvalidRequest(
+                "instructions",
+                "Qwen3-TTS Base does not take instructions; use a CustomVoice or "
+                "VoiceDesign checkpoint",
+            )
+        if not self._takes_style:
+            raise InvalidRequest(
+                "instructions",
+                "this 0.6B CustomVoice checkpoint does not take instructions",
+            )
+
+    def _language(self, language: Any) -> str:
+        if language is None:
+            return "auto"
+        if isinstance(language, str):
+            for name in self.languages:
+                if name.lower() == language.lower():
+                    return name
+        raise InvalidRequest(
+            "language",
+            f"language must be one of {', '.join(self.languages)}; got {language!r}",
+        )
+
+    # Worker thread.
+    def synthesize(self, request: Qwen3Request) -> Iterator[Audio | None]:
+        """One step per frame: ``None`` while gathering a chunk, then the chunk."""
+        random_key = GlobalRandomKey(request.seed)
+        decoder = RequestDecoder(self._model.speech_tokenizer.decoder)
+        schedule = ChunkSchedule(self._frame_seconds)
+        gathered: list[mx.array] = []
+        for segment in request.segments:
+            prompt = self._prompt(segment, request, decoder)
+            steps = frames(self._model, prompt, request.sampling)
+            while True:
+                with random_key.installed():
+                    frame = next(steps, None)
+                if frame is None:
+                    break
+                schedule.frame_done()
+                gathered.append(frame)
+                if len(gathered) < schedule.frames_for_next_chunk():
+                    yield None
+                    continue
+                yield self._chunk(decoder, gathered, schedule)
+                gathered = []
+        if gathered:
+            yield self._chunk(decoder, gathered, schedule)
+
+    def _prompt(self, text: str, request: Qwen3Request, decoder: RequestDecoder) -> Prompt:
+        model = self._model
+        if request.reference is None:
+            embeds, trailing, pad = model._prepare_generation_inputs(
+                text,
+                language=request.language,
+                speaker=request.speaker,
+                instruct=request.instructions,
+            )
+            return Prompt(embeds, trailing, pad)
+        embeds, trailing, pad, reference_codes = model._prepare_icl_generation_inputs(
+            text,
+            ref_audio=mx.array(request.reference),
+            ref_text=request.ref_text,
+            language=request.language,
+        )
+        # mlx-audio keeps every clip's codes forever, keyed by (length, sum); a
+        # server must not, and clips with equal length and sum must not collide.
+        model._icl_cache.clear()
+        # The reference leads the decoded audio, as in mlx-audio's buffered decode.
+        decoder.warm(reference_codes)
+        return Prompt(embeds, trailing, pad)
+
+    def _chunk(
+        self, decoder: RequestDecoder, gathered: list[mx.array], schedule: ChunkSchedule
+    ) -> Audio:
+        codes = mx.stack(gathered, axis=2)  # [1, groups, frames]
+        samples = decoder.decode(codes)
+        if not np.isfinite(samples).all():
+            raise GenerationError("the model produced non-finite audio")
+        schedule.chunk_done(len(gathered))
+        return Audio(samples, self.sample_rate)
+
+
+def load(model_dir: Path) -> Qwen3Service:
+    """Worker thread: mlx-audio's loader, which only prints when parts fail."""
+    model = load_model(model_dir)
+    if model.tokenizer is None:
+        raise ModelLoadError(
+            f"could not load the text tokenizer of {model_dir} (tokenizer.json / "
+            "tokenizer_config.json)"
+        )
+    if model.speech_tokenizer is None:
+        raise ModelLoadError(
+            f"could not load the speech tokenizer from {model_dir / 'speech_tokenizer'}"
+        )
+    return Qwen3Service(model)
