@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ModelLoadError
-from .families import SpeechService, moss_nano, qwen3
+from .families import SpeechService, moss_nano, qwen3, voxcpm2
 
-# model_type in config.json → the family's loader (runs on the worker).
+# model_type (or architecture) in config.json → the family's loader (runs on the worker).
 FAMILIES: dict[str, Callable[[Path], SpeechService]] = {
     moss_nano.FAMILY: moss_nano.load,
     qwen3.FAMILY: qwen3.load,
+    voxcpm2.FAMILY: voxcpm2.load,
 }
 
 
@@ -48,7 +49,12 @@ def family_loader(model_dir: Path) -> Callable[[Path], SpeechService]:
         ) from None
     except (OSError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"cannot read {config_path}: {error}") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
+    # VoxCPM2 checkpoints name their family in "architecture", as mlx-audio reads it.
+    model_type = (
+        config.get("model_type") or config.get("architecture")
+        if isinstance(config, dict)
+        else None
+    )
     if model_type not in FAMILIES:
         supported = ", ".join(sorted(FAMILIES))
         raise ModelLoadError(

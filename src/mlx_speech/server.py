@@ -179,7 +179,12 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
             "owned_by": "mlx-speech",
         }
         if slot.tts is not None:
-            entry.update(family=slot.tts.family, sample_rate=slot.tts.sample_rate)
+            entry.update(
+                family=slot.tts.family,
+                sample_rate=slot.tts.sample_rate,
+                streaming=slot.tts.streaming,
+                voices=slot.tts.voices,
+            )
         return JSONResponse({"object": "list", "data": [entry]})
 
     async def health(request: Request) -> Response:

@@ -27,6 +27,11 @@ class TTS:
         return self._service.sample_rate
 
     @property
+    def streaming(self) -> str:
+        """"incremental" (chunks as frames are generated) or "buffered"."""
+        return self._service.streaming
+
+    @property
     def voices(self) -> list[str]:
         return list(self._service.voices)
 

@@ -17,6 +17,9 @@ class SpeechService(Protocol):
     name: str  # the family, e.g. "moss_tts_nano"
     sample_rate: int  # of the audio it yields
     voices: tuple[str, ...]  # preset voice names
+    # "incremental": chunks come as frames are generated; "buffered": the audio
+    # comes when the whole utterance is generated.
+    streaming: str
 
     def prepare(
         self,

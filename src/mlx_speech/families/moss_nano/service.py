@@ -65,6 +65,7 @@ class NanoRequest:
 class NanoService:
     name = FAMILY
     voices: tuple[str, ...] = ()
+    streaming = "incremental"
 
     def __init__(self, model: Model, codec: MossAudioTokenizer, codec_id: str):
         self._model = model

@@ -47,6 +47,7 @@ class Qwen3Request:
 
 class Qwen3Service:
     name = FAMILY
+    streaming = "incremental"
 
     def __init__(self, model):
         self._model = model

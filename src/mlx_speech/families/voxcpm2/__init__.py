@@ -1,0 +1,3 @@
+from .service import FAMILY, load
+
+__all__ = ["FAMILY", "load"]

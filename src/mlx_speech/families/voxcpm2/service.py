@@ -1,0 +1,168 @@
+"""The VoxCPM2 family: validation (caller's thread) and synthesis (worker).
+
+``voice="default"`` speaks zero-shot, ``instructions`` describe the voice
+(mlx-audio prefixes the text with "(instructions)"), and a reference clip is
+cloned (``ref_text`` is accepted and unused, as in mlx-audio). Patches are
+generated one per step, so other requests keep running beside a long one, but
+the audio VAE decodes chunk by chunk (see ``decoder``) with the same samples as
+mlx-audio's one decode at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mlx_audio.tts.utils import load_model
+
+from ...audio import Audio
+from ...errors import GenerationError, InvalidRequest, ModelLoadError
+from ...voice_store import SavedVoice
+from ..chunk_schedule import ChunkSchedule
+from ..global_random import GlobalRandomKey
+from ..options import SamplingOptions, parse_sampling
+from ..reference_audio import is_audio_path, load_reference
+from .decoder import WindowedDecoder, decoder_reach
+from .loop import Settings, patches, prompt_rows
+
+FAMILY = "voxcpm2"
+MAX_PATCHES = 4096
+DEFAULT_PATCHES = 2000  # mlx-audio's max_tokens
+# Diffusion decoding has no token distribution to shape.
+NOT_APPLICABLE = ("temperature", "top_p", "top_k", "repetition_penalty")
+
+
+@dataclass(frozen=True)
+class VoxRequest:
+    text: str
+    reference: np.ndarray | None  # mono samples at the output rate
+    settings: Settings
+    seed: int
+
+
+class VoxService:
+    name = FAMILY
+    voices: tuple[str, ...] = ()
+    streaming = "incremental"
+
+    def __init__(self, model):
+        self._model = model
+        self.sample_rate = int(model.sample_rate)
+        vae = model.audio_vae
+        self._samples_per_frame = vae.decode_chunk_size  # per latent frame
+        self._reach = decoder_reach(vae, self._samples_per_frame)
+        self._patch_seconds = model.patch_size * vae.decode_chunk_size / self.sample_rate
+        # One encoder patch, counted at the output rate (references arrive at it).
+        self._reference_hop = model.patch_size * vae.chunk_size * (
+            self.sample_rate // model._encode_sample_rate
+        )
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    # Caller's thread: nothing here touches MLX.
+    def prepare(
+        self,
+        text: Any,
+        voice: Any = None,
+        ref_text: Any = None,
+        instructions: Any = None,
+        language: Any = None,
+        **sampling: Any,
+    ) -> VoxRequest:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequest("text", "text must be a non-empty string")
+        if ref_text is not None and not isinstance(ref_text, str):
+            raise InvalidRequest("ref_text", "ref_text must be a string")
+        if instructions is not None:
+            if not isinstance(instructions, str) or not instructions.strip():
+                raise InvalidRequest(
+                    "instructions", "instructions must be a non-empty string"
+                )
+            text = f"({instructions}){text}"
+        if language not in (None, "auto"):
+            raise InvalidRequest(
+                "language",
+                f"VoxCPM2 detects the language itself; language must be 'auto', "
+                f"got {language!r}",
+            )
+        for name in NOT_APPLICABLE:
+            if sampling.get(name) is not None:
+                raise InvalidRequest(
+                    name,
+                    f"VoxCPM2 generates audio by diffusion and has no {name}; "
+                    "leave it out (seed and max_new_tokens apply)",
+                )
+        defaults = SamplingOptions(0.0, 1.0, 0, 1.0, DEFAULT_PATCHES)
+        options = parse_sampling(sampling, defaults, MAX_PATCHES)
+        return VoxRequest(
+            text=text,
+            reference=self._reference(voice),
+            settings=Settings(max_patches=options.max_new_tokens),
+            seed=options.seed,
+        )
+
+    def _reference(self, voice: Any) -> np.ndarray | None:
+        if voice is None or voice == "default":
+            return None
+        if isinstance(voice, SavedVoice):
+            voice = voice.clip
+        elif isinstance(voice, str) and not is_audio_path(voice):
+            raise InvalidRequest(
+                "voice",
+                f"unknown voice {voice!r}: VoxCPM2 has no presets; pass 'default', a "
+                "saved voice name or a reference clip, or describe a voice in "
+                "instructions",
+            )
+        samples = load_reference(
+            voice, sample_rate=self.sample_rate, channels=1,
+            samples_per_frame=self._reference_hop,
+        )
+        return samples[:, 0]
+
+    # Worker thread.
+    def synthesize(self, request: VoxRequest) -> Iterator[Audio | None]:
+        """One step per patch: ``None`` while gathering a chunk, then the chunk."""
+        random_key = GlobalRandomKey(request.seed)
+        model = self._model
+        with random_key.installed():
+            prompt = prompt_rows(model, request.text, request.reference)
+        steps = patches(model, prompt, request.settings)
+        decoder = WindowedDecoder(model.audio_vae, self._reach, self._samples_per_frame)
+        schedule = ChunkSchedule(self._patch_seconds)
+        gathered = 0
+        while True:
+            with random_key.installed():
+                patch = next(steps, None)
+            if patch is None:
+                break
+            schedule.frame_done()
+            decoder.add(patch)
+            gathered += 1
+            if gathered < schedule.frames_for_next_chunk():
+                yield None
+                continue
+            chunk = self._chunk(decoder.decode())
+            schedule.chunk_done(gathered)
+            gathered = 0
+            yield chunk
+        yield self._chunk(decoder.decode(final=True))
+
+    def _chunk(self, samples: np.ndarray) -> Audio:
+        if not np.isfinite(samples).all():
+            raise GenerationError("the model produced non-finite audio")
+        return Audio(samples, self.sample_rate)
+
+
+def load(model_dir: Path) -> VoxService:
+    """Worker thread: mlx-audio's loader; it leaves the tokenizer unset on failure."""
+    model = load_model(model_dir)
+    if model.tokenizer is None:
+        raise ModelLoadError(
+            f"could not load the text tokenizer of {model_dir} (tokenizer.json / "
+            "tokenizer_config.json)"
+        )
+    return VoxService(model)
