@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import DEFAULT_MODEL
 from .audio import output_format
 from .blas import active_blas, use_fast_blas
 
@@ -27,7 +28,7 @@ def _model_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="checkpoint directory or hub id (default: mlx-community/MOSS-TTS-Nano-100M)",
+        help=f"checkpoint directory or hub id (default: {DEFAULT_MODEL})",
     )
 
 
@@ -46,11 +47,20 @@ def _speak_parser(commands) -> None:
     voice.add_argument(
         "--voice",
         default=None,
-        help="'default', a saved voice name, or a reference audio file",
+        help="'default', a preset or saved voice name, or a reference audio file",
     )
     voice.add_argument(
         "--ref-audio", default=None, metavar="FILE", help="reference clip to clone"
     )
+    speak.add_argument(
+        "--ref-text",
+        default=None,
+        help="transcript of the reference clip, for models that use it",
+    )
+    speak.add_argument(
+        "--instructions", default=None, help="voice description or speaking style"
+    )
+    speak.add_argument("--language", default=None, help="language (default: auto)")
     speak.add_argument(
         "-o", "--output", default="speech.wav", help="output file (default: speech.wav)"
     )
@@ -238,7 +248,7 @@ def _speak(args: argparse.Namespace) -> None:
     output_format(args.output, args.format)  # a bad name fails before any work
     text = sys.stdin.read() if args.text == "-" else args.text
     tts = mlx_speech.load(
-        args.model or mlx_speech.DEFAULT_MODEL, voices_dir=args.voices_dir
+        args.model or DEFAULT_MODEL, voices_dir=args.voices_dir
     )
     started = time.perf_counter()
     first_audio = None
@@ -246,6 +256,9 @@ def _speak(args: argparse.Namespace) -> None:
     for chunk in tts.stream(
         text,
         voice=args.ref_audio or args.voice,
+        ref_text=args.ref_text,
+        instructions=args.instructions,
+        language=args.language,
         seed=args.seed,
         temperature=args.temperature,
         max_new_tokens=args.max_new_tokens,

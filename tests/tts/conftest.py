@@ -1,5 +1,5 @@
-"""Session fixtures: tiny random MOSS-TTS-Nano checkpoints built once, loaded
-through the real registry and worker, and mlx-audio's reference model."""
+"""Session fixtures: tiny random checkpoints of every family, built once and
+loaded through the real registry and worker."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import mlx_speech
 from mlx_speech.testing.nano_checkpoint import build_nano_checkpoint  # noqa: E402
+from mlx_speech.testing.qwen3_checkpoint import build_qwen3_checkpoint  # noqa: E402
+from mlx_speech.testing.voxcpm2_checkpoint import build_voxcpm2_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +53,28 @@ def reference_clip(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("clips") / "reference.wav"
     soundfile.write(path, np.stack([left, right], axis=1), rate, subtype="PCM_16")
     return path
+
+
+@pytest.fixture(scope="session")
+def qwen3_dirs(tmp_path_factory) -> dict[str, Path]:
+    """One Qwen3-TTS checkpoint per kind; "base" can clone (it has the encoder)."""
+    return {
+        kind: build_qwen3_checkpoint(tmp_path_factory.mktemp(f"qwen3-{kind}"), kind)
+        for kind in ("custom_voice", "voice_design", "base")
+    }
+
+
+@pytest.fixture(scope="session")
+def qwen3_tts(qwen3_dirs) -> dict[str, mlx_speech.TTS]:
+    return {kind: mlx_speech.load(path) for kind, path in qwen3_dirs.items()}
+
+
+@pytest.fixture(scope="session")
+def voxcpm2_dir(tmp_path_factory) -> Path:
+    """Speaks to the patch budget."""
+    return build_voxcpm2_checkpoint(tmp_path_factory.mktemp("voxcpm2"))
+
+
+@pytest.fixture(scope="session")
+def voxcpm2_tts(voxcpm2_dir) -> mlx_speech.TTS:
+    return mlx_speech.load(voxcpm2_dir)

@@ -4,8 +4,10 @@
 tokenizer trained here, and ``speech_tokenizer/{config.json,model.safetensors}``,
 all from mlx-audio's own classes. Dimensions are as small as mlx-audio's loader
 allows: its conv-layout guess transposes any kernel-1 conv with at most 64 input
-channels, so those convs are kept wider than 64. The EOS row of the codec head
-is zeroed so the model speaks to the frame budget.
+channels, so those convs are kept wider than 64. The codec head's rows for EOS
+and for code 0 are zeroed and the other code rows sharpened, so the model
+speaks to the frame budget and never picks code 0 for codebook 0 (mlx-audio's
+buffered decode counts such frames as padding and trims them).
 """
 
 from __future__ import annotations
@@ -166,7 +168,8 @@ def _talker_weights(config: dict) -> dict[str, mx.array]:
     }
     head = weights["talker.codec_head.weight"]
     rows = mx.arange(head.shape[0])[:, None]
-    head = mx.where(rows == config["talker_config"]["codec_eos_token_id"], 0.0, head)
+    eos = config["talker_config"]["codec_eos_token_id"]
+    head = mx.where((rows == eos) | (rows == 0), 0.0, head)
     weights["talker.codec_head.weight"] = mx.where(rows < CODEBOOK, 20.0 * head, head)
     return weights
 

@@ -209,12 +209,13 @@ class Qwen3Service:
     def synthesize(self, request: Qwen3Request) -> Iterator[Audio | None]:
         """One step per frame: ``None`` while gathering a chunk, then the chunk."""
         random_key = GlobalRandomKey(request.seed)
-        decoder = RequestDecoder(self._model.speech_tokenizer.decoder)
         schedule = ChunkSchedule(self._frame_seconds)
-        gathered: list[mx.array] = []
         for segment in request.segments:
+            # Each segment is decoded on its own, as mlx-audio does.
+            decoder = RequestDecoder(self._model.speech_tokenizer.decoder)
             prompt = self._prompt(segment, request, decoder)
             steps = frames(self._model, prompt, request.sampling)
+            gathered: list[mx.array] = []
             while True:
                 with random_key.installed():
                     frame = next(steps, None)
@@ -227,8 +228,8 @@ class Qwen3Service:
                     continue
                 yield self._chunk(decoder, gathered, schedule)
                 gathered = []
-        if gathered:
-            yield self._chunk(decoder, gathered, schedule)
+            if gathered:
+                yield self._chunk(decoder, gathered, schedule)
 
     def _prompt(self, text: str, request: Qwen3Request, decoder: RequestDecoder) -> Prompt:
         model = self._model
