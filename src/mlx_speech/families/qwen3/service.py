@@ -16,7 +16,6 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
 from ...errors import GenerationError, InvalidRequest, ModelLoadError
@@ -24,6 +23,7 @@ from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
+from ..quiet_loading import last_warning, load_quietly
 from ..reference_audio import is_audio_path, load_reference
 from .decoder import RequestDecoder
 from .loop import Prompt, Sampling, frames
@@ -267,14 +267,15 @@ class Qwen3Service:
 
 def load(model_dir: Path) -> Qwen3Service:
     """Worker thread: mlx-audio's loader, which only prints when parts fail."""
-    model = load_model(model_dir)
+    model, printed = load_quietly(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(
             f"could not load the text tokenizer of {model_dir} (tokenizer.json / "
-            "tokenizer_config.json)"
+            f"tokenizer_config.json){last_warning(printed)}"
         )
     if model.speech_tokenizer is None:
         raise ModelLoadError(
             f"could not load the speech tokenizer from {model_dir / 'speech_tokenizer'}"
+            f"{last_warning(printed)}"
         )
     return Qwen3Service(model)

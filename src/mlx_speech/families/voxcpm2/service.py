@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
 from ...errors import GenerationError, InvalidRequest, ModelLoadError
@@ -24,6 +23,7 @@ from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
+from ..quiet_loading import load_quietly
 from ..reference_audio import is_audio_path, load_reference
 from .decoder import WindowedDecoder, decoder_reach
 from .loop import Settings, patches, prompt_rows
@@ -158,8 +158,8 @@ class VoxService:
 
 
 def load(model_dir: Path) -> VoxService:
-    """Worker thread: mlx-audio's loader; it leaves the tokenizer unset on failure."""
-    model = load_model(model_dir)
+    """Worker thread: mlx-audio's loader."""
+    model, _ = load_quietly(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(
             f"could not load the text tokenizer of {model_dir} (tokenizer.json / "
