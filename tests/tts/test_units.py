@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mlx_speech import blas
+from mlx_speech.families import chunk_schedule
 from mlx_speech.families.chunk_schedule import ChunkSchedule
-from mlx_speech.families.moss_nano import codec
 
 
 class Clock:
@@ -20,7 +20,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = Clock()
-    monkeypatch.setattr(codec.time, "perf_counter", fake)
+    monkeypatch.setattr(chunk_schedule.time, "perf_counter", fake)
     return fake
 
 
