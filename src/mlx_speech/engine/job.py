@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .batching import Batch, Pending
+
 log = logging.getLogger("mlx_speech.engine")
 
 # Items a job's output queue carries besides its chunks.
@@ -29,8 +31,9 @@ class Job:
 
     ``start`` runs on the worker thread when the job is admitted and returns a
     generator; each ``next()`` does one frame of work and yields a chunk to
-    publish or ``None``. The output queue holds one item: a job whose chunk
-    cannot be published waits (parked) without holding up the others.
+    publish, ``None``, or ``Pending(batch)`` when it joined a shared step. The
+    output queue holds one item: a job whose chunk cannot be published waits
+    (parked) without holding up the others.
     """
 
     def __init__(self, start: Callable[[], Iterator[Any]]):
@@ -52,15 +55,16 @@ class Job:
     def runnable(self) -> bool:
         return self.cancelled or self._pending is _NOTHING or not self.output.full()
 
-    def advance(self) -> None:
-        """Worker thread: publish what is pending, else run one step."""
+    def advance(self) -> Batch | None:
+        """Worker thread: publish what is pending, else run one step; returns
+        the batch the job joined, if it did."""
         if self.cancelled:
             self.close()
-            return
+            return None
         if self._pending is not _NOTHING and not self._publish():
-            return
+            return None
         if self.finished:
-            return
+            return None
         try:
             if self._steps is None:
                 self._steps = self._start()
@@ -69,10 +73,16 @@ class Job:
             item = END
         except Exception as error:  # noqa: BLE001 - every failure goes to the consumer
             item = Failure(error)
+        if isinstance(item, Pending):
+            if item.output is not None:
+                self._pending = item.output
+                self._publish()
+            return item.batch
         if item is None:
-            return
+            return None
         self._pending = item
         self._publish()
+        return None
 
     def _publish(self) -> bool:
         try:

@@ -2,33 +2,46 @@
 
 Since MLX 0.31.2 streams are thread-local, so arrays must be built and
 evaluated on one thread; loading runs here too. Jobs move forward one frame
-at a time in turn, so a consumer that stops reading parks only its own job.
-At most ``max_active`` jobs hold model state; the rest wait in FIFO order.
+at a time in turn, so a consumer that stops reading parks only its own job;
+jobs of one model share each frame's forward pass (``batching``), at most
+``max_batch`` at a time. At most ``max_active`` jobs hold model state; the
+rest wait in FIFO order.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import mlx.core as mx
 
+from .batching import Batch
 from .job import Job
 from .stream import ChunkStream
 
 T = TypeVar("T")
 
 DEFAULT_MAX_ACTIVE_JOBS = 8
+DEFAULT_MAX_BATCH = 8
 
 
 class Engine:
-    def __init__(self, max_active: int = DEFAULT_MAX_ACTIVE_JOBS):
-        if max_active < 1:
-            raise ValueError(f"max_active must be at least 1, got {max_active}")
+    def __init__(
+        self, max_active: int = DEFAULT_MAX_ACTIVE_JOBS, max_batch: int = DEFAULT_MAX_BATCH
+    ):
+        if max_active < 1 or max_batch < 1:
+            raise ValueError(
+                f"max_active and max_batch must be at least 1, "
+                f"got {max_active} and {max_batch}"
+            )
         self.max_active = max_active
+        self.max_batch = max_batch
+        # Called on the worker with (jobs in the forward, seconds) after each one.
+        self.on_forward: Callable[[int, float], None] | None = None
         self._wakeup = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
@@ -39,6 +52,13 @@ class Engine:
         )
         self._thread.start()
         atexit.register(self.shutdown)
+
+    def configure_batching(self, max_batch: int) -> None:
+        """Jobs per shared forward; at least as many may then hold model state."""
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        self.max_batch = max_batch
+        self.max_active = max(self.max_active, max_batch)
 
     def stream(self, start: Callable[[], Iterator[Any]]) -> ChunkStream:
         """A consumer handle; the job is queued when it is first read."""
@@ -101,14 +121,29 @@ class Engine:
 
     def _run(self) -> None:
         while (runnable := self._next_round()) is not None:
+            batches: dict[int, Batch] = {}
             for job in runnable:
-                job.advance()
+                batch = job.advance()
+                if batch is not None:
+                    batches[id(batch)] = batch
+            for batch in batches.values():
+                self._flush(batch)
         mx.clear_cache()
         self._parked.set()
         # Never return: a thread that used MLX runs MLX's thread-exit hooks,
         # which take the GIL and abort the process if Python is finalizing.
         # Blocked here, the thread simply ends with the process.
         threading.Event().wait()
+
+
+    def _flush(self, batch: Batch) -> None:
+        started = time.perf_counter()
+        sizes = batch.flush(self.max_batch)
+        observe = self.on_forward
+        if observe is not None and sizes:
+            each = (time.perf_counter() - started) / len(sizes)
+            for size in sizes:
+                observe(size, each)
 
 
 _shared: Engine | None = None

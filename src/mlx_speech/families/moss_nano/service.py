@@ -22,15 +22,17 @@ from mlx_audio.tts.models.moss_tts_nano.text import (
 from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
+from ...engine.batching import Pending
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import is_audio_path, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
+from .batch import FrameBatch
 from .codec import StreamingAudioDecoder, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
-from .loop import FrameSampling, embed_rows, frames
+from .loop import FrameJob, FrameSampling, embed_rows
 from .sampling import HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"
@@ -70,6 +72,7 @@ class NanoService:
     def __init__(self, model: Model, codec: MossAudioTokenizer, codec_id: str):
         self._model = model
         self._codec = codec
+        self._batch = FrameBatch(model)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
@@ -160,8 +163,8 @@ class NanoService:
         return Reference(samples, self._references.get(key), key, saved)
 
     # Worker thread.
-    def synthesize(self, request: NanoRequest) -> Iterator[Audio | None]:
-        """One step per frame: ``None`` while gathering a chunk, then the chunk."""
+    def synthesize(self, request: NanoRequest) -> Iterator[Audio | Pending | None]:
+        """One frame per step, stepped together with the model's other requests."""
         keys = KeySequence(request.seed)
         n_vq = self._model.config.n_vq
         reference_codes, prefix_key = None, None
@@ -171,20 +174,30 @@ class NanoService:
         decoder = StreamingAudioDecoder(self._codec, n_vq)
         schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
+        chunk: Audio | None = None
         for segment in request.segments:
             cache, rows = self._prefilled(
                 self._prompt(segment, reference_codes), reference_codes, prefix_key
             )
-            for frame in frames(self._model, rows, request.sampling, keys, cache):
+            job = FrameJob(self._model, rows, request.sampling, keys, cache)
+            while not job.done:
+                self._batch.submit(job)
+                # The chunk of earlier frames goes out while this frame is computed.
+                yield Pending(self._batch, chunk)
+                chunk = None
+                if job.failure is not None:
+                    raise job.failure
+                if job.stopped:
+                    break
                 schedule.frame_done()
-                gathered.append(frame)
-                if len(gathered) < schedule.frames_for_next_chunk():
-                    yield None
-                    continue
-                yield self._chunk(decoder, gathered, schedule)
-                gathered = []
+                gathered.append(job.frame)
+                if len(gathered) >= schedule.frames_for_next_chunk():
+                    chunk = self._chunk(decoder, gathered, schedule)
+                    gathered = []
         if gathered:
-            yield self._chunk(decoder, gathered, schedule)
+            chunk = self._chunk(decoder, gathered, schedule)
+        if chunk is not None:
+            yield chunk
 
     def _reference_codes(self, reference: Reference) -> np.ndarray:
         if reference.codes is not None:
