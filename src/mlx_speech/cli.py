@@ -16,12 +16,20 @@ import numpy as np
 from . import DEFAULT_MODEL
 from .audio import output_format
 from .blas import active_blas, use_fast_blas
+from .engine import DEFAULT_MAX_BATCH
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 VOICES_DIR_HELP = (
     "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
     "~/Library/Application Support/mlx-speech/voices on macOS)"
 )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _model_argument(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +111,13 @@ def _serve_parser(commands) -> None:
         help="requests allowed to wait for the model; more get 429 (default: 16)",
     )
     serve.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=DEFAULT_MAX_BATCH,
+        help="requests stepped together in one forward pass; 1 turns batching off "
+        f"(default: {DEFAULT_MAX_BATCH})",
+    )
+    serve.add_argument(
         "--max-input-chars",
         type=int,
         default=4096,
@@ -146,6 +161,7 @@ def _serve(args: argparse.Namespace) -> None:
         model=args.model or mlx_speech.DEFAULT_MODEL,
         api_key=args.api_key or None,
         max_queue=args.max_queue,
+        max_batch=args.max_batch,
         max_input_chars=args.max_input_chars,
         max_ref_bytes=args.max_ref_bytes,
         max_body_bytes=args.max_ref_bytes * 4 // 3 + 1024 * 1024,

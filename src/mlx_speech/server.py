@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from .engine import ChunkStream
+from .engine import DEFAULT_MAX_BATCH, ChunkStream, shared_engine
 from .errors import InvalidRequest
 from .http.adapter import AudioResponse, Delivery
 from .http.errors import ApiError
@@ -41,6 +41,7 @@ class ServerSettings:
     model: str
     api_key: str | None = None
     max_queue: int = 16
+    max_batch: int = DEFAULT_MAX_BATCH  # requests stepped together per forward
     max_input_chars: int = 4096
     max_body_bytes: int = 30 * 1024 * 1024
     max_ref_bytes: int = 20 * 1024 * 1024
@@ -214,7 +215,7 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
             Route("/metrics", prometheus, methods=["GET"]),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
-        lifespan=_loading(slot),
+        lifespan=_lifespan(slot, settings.max_batch, metrics),
     )
     app.state.metrics = metrics
     app.state.slot = slot
@@ -223,11 +224,19 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
     return app
 
 
-def _loading(slot: ModelSlot):
+def _lifespan(slot: ModelSlot, max_batch: int, metrics: Metrics):
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        engine = shared_engine()
+        before = engine.max_batch
+        engine.configure_batching(max_batch)
+        engine.forward_observers.append(metrics.forward)
         slot.start()
-        yield
+        try:
+            yield
+        finally:
+            engine.forward_observers.remove(metrics.forward)
+            engine.configure_batching(before)
 
     return lifespan
 

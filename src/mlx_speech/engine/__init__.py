@@ -1,4 +1,4 @@
 from .stream import ChunkStream
-from .worker import Engine, shared_engine
+from .worker import DEFAULT_MAX_BATCH, Engine, shared_engine
 
-__all__ = ["ChunkStream", "Engine", "shared_engine"]
+__all__ = ["DEFAULT_MAX_BATCH", "ChunkStream", "Engine", "shared_engine"]

@@ -41,7 +41,7 @@ class Engine:
         self.max_active = max_active
         self.max_batch = max_batch
         # Called on the worker with (jobs in the forward, seconds) after each one.
-        self.on_forward: Callable[[int, float], None] | None = None
+        self.forward_observers: list[Callable[[int, float], None]] = []
         self._wakeup = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
@@ -139,11 +139,11 @@ class Engine:
     def _flush(self, batch: Batch) -> None:
         started = time.perf_counter()
         sizes = batch.flush(self.max_batch)
-        observe = self.on_forward
-        if observe is not None and sizes:
+        if sizes:
             each = (time.perf_counter() - started) / len(sizes)
-            for size in sizes:
-                observe(size, each)
+            for observe in list(self.forward_observers):
+                for size in sizes:
+                    observe(size, each)
 
 
 _shared: Engine | None = None

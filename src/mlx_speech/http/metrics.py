@@ -7,6 +7,8 @@ from collections import Counter
 
 TTFA_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
+STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class Histogram:
@@ -43,6 +45,8 @@ class Metrics:
         self._responses: Counter[int] = Counter()
         self._ttfa = Histogram(TTFA_BUCKETS)
         self._rtf = Histogram(RTF_BUCKETS)
+        self._batch = Histogram(BATCH_BUCKETS)
+        self._step = Histogram(STEP_BUCKETS)
         self._in_flight = 0  # accepted speech requests not yet finished
 
     @property
@@ -71,6 +75,12 @@ class Metrics:
             with self._lock:
                 self._rtf.observe(generation_seconds / audio_seconds)
 
+    def forward(self, jobs: int, seconds: float) -> None:
+        """One shared model step (worker thread): how many jobs, how long."""
+        with self._lock:
+            self._batch.observe(jobs)
+            self._step.observe(seconds)
+
     def render(self, generating_at_once: int, counters: dict[str, int]) -> str:
         """``generating_at_once``: requests the engine runs before others wait."""
         with self._lock:
@@ -93,4 +103,6 @@ class Metrics:
                 ]
             lines += self._ttfa.lines("mlx_speech_time_to_first_audio_seconds")
             lines += self._rtf.lines("mlx_speech_real_time_factor")
+            lines += self._batch.lines("mlx_speech_batch_size")
+            lines += self._step.lines("mlx_speech_batch_step_seconds")
         return "\n".join(lines) + "\n"

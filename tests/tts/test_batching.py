@@ -1,0 +1,292 @@
+"""Continuous batching: Nano requests running together share each frame's
+forward pass, and each gets exactly what it would get alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+
+import httpx
+import numpy as np
+import pytest
+from server_harness import RunningServer
+
+from mlx_speech.engine import Engine, shared_engine
+from mlx_speech.engine.batching import Pending
+from mlx_speech.server import ServerSettings
+
+TEXTS = [
+    "Hello there.",
+    "The quick brown fox jumps over the lazy dog.",
+    "你好，欢迎使用语音合成服务。",
+    "A longer text. With two sentences, and a clause or two!",
+]
+
+
+@contextmanager
+def observed_forwards():
+    sizes: list[int] = []
+    engine = shared_engine()
+
+    def observe(jobs: int, seconds: float) -> None:
+        sizes.append(jobs)
+
+    engine.forward_observers.append(observe)
+    try:
+        yield sizes
+    finally:
+        engine.forward_observers.remove(observe)
+
+
+@contextmanager
+def max_batch(size: int):
+    engine = shared_engine()
+    before = engine.max_batch
+    engine.configure_batching(size)
+    try:
+        yield
+    finally:
+        engine.configure_batching(before)
+
+
+def _requests():
+    """Greedy and seeded, with different budgets and sampling settings."""
+    return [
+        {
+            "text": TEXTS[i % len(TEXTS)],
+            "seed": 100 + i,
+            "max_new_tokens": 12 + 3 * i,
+            **({"temperature": 0} if i % 3 == 0 else {"top_k": 10 + i}),
+        }
+        for i in range(8)
+    ]
+
+
+def _together(tts, requests) -> list[np.ndarray]:
+    """All requests started at once and read round-robin, so they batch."""
+    streams = [tts.stream(**request) for request in requests]
+    parts: list[list[np.ndarray]] = [[] for _ in streams]
+    live = list(range(len(streams)))
+    while live:
+        for index in list(live):
+            chunk = next(streams[index], None)
+            if chunk is None:
+                live.remove(index)
+            else:
+                parts[index].append(chunk.samples)
+    return [np.concatenate(p) if p else np.zeros(0, np.float32) for p in parts]
+
+
+def test_eight_requests_batched_equal_each_alone(speaking_tts):
+    requests = _requests()
+    alone = [speaking_tts.speak(**request).samples for request in requests]
+    with observed_forwards() as sizes:
+        together = _together(speaking_tts, requests)
+    assert max(sizes) >= 6, sizes  # they really ran together
+    for expected, got in zip(alone, together, strict=True):
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_codes_of_requests_stepped_together_equal_mlx_audio(speaking_tts, speaking_dir):
+    """The codes themselves, four requests stepped together (greedy and seeded,
+    different budgets), against mlx-audio's own loop run alone."""
+    import mlx.core as mx
+    from mlx_audio.tts.utils import load_model
+
+    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.sampling import KeySequence
+    from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+
+    cases = [(True, 1), (False, 2), (False, 3), (True, 4)]
+    model = speaking_tts._service._model
+
+    def prompt(of_model, seed):
+        return of_model.build_inference_input_ids(
+            text=TEXTS[seed % 4], tokenizer=of_model.tokenizer, mode="continuation"
+        )[0]
+
+    def run_together():
+        jobs = []
+        for greedy, seed in cases:
+            options = replace(DEFAULTS, max_new_tokens=20 + seed)
+            if greedy:
+                options = replace(options, temperature=0.0)
+            jobs.append(
+                FrameJob(
+                    model, prompt(model, seed), _frame_sampling(options), KeySequence(seed)
+                )
+            )
+        codes: list[list[np.ndarray]] = [[] for _ in jobs]
+        while live := [job for job in jobs if not job.done]:
+            step(model, live)
+            for job in live:
+                if not job.stopped:
+                    codes[jobs.index(job)].append(np.asarray(job.frame))
+        return codes
+
+    together = shared_engine().call(run_together)
+    reference = load_model(speaking_dir)
+    for (greedy, seed), ours in zip(cases, together, strict=True):
+        mx.random.seed(seed)
+        theirs = reference.generate_audio_token_ids(
+            prompt_input_ids=prompt(reference, seed),
+            max_new_frames=20 + seed,
+            do_sample=not greedy,
+        )
+        np.testing.assert_array_equal(np.stack(ours), np.asarray(theirs[0]))
+
+
+def test_requests_that_stop_by_themselves_leave_the_batch(stopping_tts):
+    requests = [{"text": TEXTS[i % 4], "seed": i, "max_new_tokens": 60} for i in range(6)]
+    alone = [stopping_tts.speak(**request).samples for request in requests]
+    with observed_forwards() as sizes:
+        together = _together(stopping_tts, requests)
+    assert len({len(a) for a in alone}) > 1  # they stop at different frames
+    assert max(sizes) > 1 and min(sizes) < max(sizes)
+    for expected, got in zip(alone, together, strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_a_parked_request_leaves_the_batch_and_comes_back(speaking_tts):
+    parked_request = {"text": TEXTS[1], "seed": 5, "max_new_tokens": 30}
+    moving_request = {"text": TEXTS[0], "seed": 6, "max_new_tokens": 30}
+    expected = speaking_tts.speak(**parked_request).samples
+    parked = speaking_tts.stream(**parked_request)
+    first = next(parked)  # now it generates one chunk ahead, then waits for its reader
+    moving = speaking_tts.speak(**moving_request).samples  # runs while the other is parked
+    rest = [chunk.samples for chunk in parked]
+    np.testing.assert_allclose(np.concatenate([first.samples, *rest]), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        moving, speaking_tts.speak(**moving_request).samples, atol=1e-6
+    )
+
+
+def test_a_new_request_joins_at_the_next_frame(speaking_tts):
+    """Its first audio does not wait for the running request to finish."""
+    long = speaking_tts.stream(TEXTS[3], seed=1, max_new_tokens=200)
+    next(long)
+    started = time.perf_counter()
+    newcomer = speaking_tts.stream(TEXTS[0], seed=2, max_new_tokens=5)
+    first = next(newcomer)
+    first_at = time.perf_counter() - started
+    chunks_of_long = 0
+    for _ in long:
+        chunks_of_long += 1
+    assert len(first.samples) > 0
+    assert chunks_of_long > 3  # the long one was still running when the newcomer spoke
+    assert first_at < 30
+    list(newcomer)
+
+
+def test_batching_off_still_interleaves(speaking_tts):
+    requests = _requests()[:3]
+    alone = [speaking_tts.speak(**request).samples for request in requests]
+    with max_batch(1), observed_forwards() as sizes:
+        together = _together(speaking_tts, requests)
+    assert set(sizes) == {1}
+    for expected, got in zip(alone, together, strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir):
+    import mlx_speech
+
+    tts = mlx_speech.load(speaking_dir)
+    streams = [tts.stream(TEXTS[0], seed=i, max_new_tokens=20) for i in range(3)]
+    for stream in streams:
+        next(stream)
+    model = tts._service._model
+    broken = model.local_transformer
+
+    class Failing:
+        h = broken.h
+
+        def __call__(self, **kwargs):
+            raise RuntimeError("the local transformer broke")
+
+    model.local_transformer = Failing()
+    try:
+        for stream in streams:
+            with pytest.raises(RuntimeError, match="local transformer broke"):
+                list(stream)
+    finally:
+        model.local_transformer = broken
+
+
+def test_engine_flushes_each_batch_once_per_round():
+    engine = Engine(max_active=4, max_batch=3)
+    flushed: list[list[str]] = []
+
+    class Recorder:
+        def __init__(self):
+            self.waiting: list[str] = []
+
+        def submit(self, name):
+            self.waiting.append(name)
+
+        def flush(self, max_batch):
+            groups = [
+                self.waiting[i : i + max_batch]
+                for i in range(0, len(self.waiting), max_batch)
+            ]
+            flushed.extend(groups)
+            self.waiting = []
+            return [len(group) for group in groups]
+
+    batch = Recorder()
+    lock = threading.Lock()
+    started: list[str] = []
+
+    def job(name):
+        def start():
+            started.append(name)
+            while len(started) < 4:  # line all four up for the same round
+                yield None
+            for index in range(2):
+                with lock:
+                    batch.submit(name)
+                yield Pending(batch, f"{name}{index}" if index else None)
+
+        return start
+
+    streams = [engine.stream(job(name)) for name in "abcd"]
+    outputs: list[list[str]] = [[] for _ in streams]
+    readers = [
+        threading.Thread(target=lambda i=i: outputs[i].extend(streams[i]))
+        for i in range(len(streams))
+    ]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(timeout=10)
+    assert outputs == [[f"{name}1"] for name in "abcd"]
+    assert max(len(group) for group in flushed) == 3
+    assert sorted(name for group in flushed for name in group) == sorted("aabbccdd")
+
+
+def test_metrics_show_batch_sizes_and_step_times(speaking_dir):
+    with RunningServer(ServerSettings(model=str(speaking_dir), max_batch=4)) as server:
+
+        def speak(seed):
+            httpx.post(
+                f"{server.url}/v1/audio/speech",
+                json={"input": "Hello there.", "seed": seed, "max_new_tokens": 10},
+                timeout=60,
+            )
+
+        threads = [threading.Thread(target=speak, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        text = httpx.get(f"{server.url}/metrics").text
+        assert shared_engine().max_batch == 4
+    assert "mlx_speech_batch_size_bucket" in text
+    assert "mlx_speech_batch_step_seconds_count" in text
+    count = [
+        line for line in text.splitlines() if line.startswith("mlx_speech_batch_size_count")
+    ]
+    assert int(count[0].split()[-1]) > 0
