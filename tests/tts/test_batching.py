@@ -11,6 +11,7 @@ from dataclasses import replace
 import httpx
 import numpy as np
 import pytest
+from interleave import read_in_turn
 from server_harness import RunningServer
 
 from mlx_speech.engine import Engine, shared_engine
@@ -65,18 +66,8 @@ def _requests():
 
 
 def _together(tts, requests) -> list[np.ndarray]:
-    """All requests started at once and read round-robin, so they batch."""
-    streams = [tts.stream(**request) for request in requests]
-    parts: list[list[np.ndarray]] = [[] for _ in streams]
-    live = list(range(len(streams)))
-    while live:
-        for index in list(live):
-            chunk = next(streams[index], None)
-            if chunk is None:
-                live.remove(index)
-            else:
-                parts[index].append(chunk.samples)
-    return [np.concatenate(p) if p else np.zeros(0, np.float32) for p in parts]
+    """All requests started at once and read in turn, so they batch."""
+    return read_in_turn([tts.stream(**request) for request in requests])
 
 
 def test_eight_requests_batched_equal_each_alone(speaking_tts):

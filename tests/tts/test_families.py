@@ -11,6 +11,7 @@ import threading
 import mlx.core as mx
 import numpy as np
 import pytest
+from interleave import read_in_turn
 from mlx_audio.tts.utils import load_model
 
 import mlx_speech
@@ -209,18 +210,9 @@ def test_seeded_requests_sound_the_same_beside_others(qwen3_tts, voxcpm2_tts, fa
     if family != "voxcpm2":
         options["voice"] = "vivian"
     alone = [tts.speak(TEXT, seed=seed, **options).samples for seed in (1, 2)]
-    together: list[list[np.ndarray]] = [[], []]
-    streams = [tts.stream(TEXT, seed=seed, **options) for seed in (1, 2)]
-    live = [0, 1]
-    while live:
-        for index in list(live):
-            chunk = next(streams[index], None)
-            if chunk is None:
-                live.remove(index)
-            else:
-                together[index].append(chunk.samples)
-    for expected, parts in zip(alone, together, strict=True):
-        np.testing.assert_allclose(np.concatenate(parts), expected, atol=1e-6)
+    together = read_in_turn([tts.stream(TEXT, seed=seed, **options) for seed in (1, 2)])
+    for expected, got in zip(alone, together, strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
 def test_a_qwen3_and_a_voxcpm2_request_run_side_by_side(qwen3_tts, voxcpm2_tts):

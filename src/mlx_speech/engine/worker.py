@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import mlx.core as mx
 
 from .batching import Batch
-from .job import Job
+from .job import Job, log
 from .stream import ChunkStream
 
 T = TypeVar("T")
@@ -138,7 +138,11 @@ class Engine:
 
     def _flush(self, batch: Batch) -> None:
         started = time.perf_counter()
-        sizes = batch.flush(self.max_batch)
+        try:
+            sizes = batch.flush(self.max_batch)
+        except Exception:  # noqa: BLE001 - a batch reports failures to its jobs
+            log.exception("a shared step failed outside its jobs")
+            return
         if sizes:
             each = (time.perf_counter() - started) / len(sizes)
             for observe in list(self.forward_observers):
