@@ -269,27 +269,26 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
     Measured on a forced run of CALIBRATION_TEXT (frame 0 aside: its hidden
     state comes from the prompt, not from a generated row).
     """
-    from mlx_speech.families.moss_nano.loop import FrameSampling, frames
+    from mlx_speech.families.moss_nano import loop
     from mlx_speech.families.moss_nano.sampling import HeadSampler, KeySequence
 
     recorder = _ProjectionRecorder(model.local_transformer, direction)
     model.local_transformer = recorder
-
-    def always_continue(logits, keys):
-        return mx.zeros((1,), dtype=mx.int32)
-
-    sampling = FrameSampling(
-        text=always_continue,
-        audio=HeadSampler(0.8, 25, 0.95),
-        repetition_penalty=1.2,
-        max_frames=32,
+    stop_decision = loop._going_on
+    loop._going_on = lambda model, jobs, hidden: [True] * len(jobs)  # a forced run
+    sampled = HeadSampler(0.8, 25, 0.95)
+    sampling = loop.FrameSampling(
+        text=sampled, audio=sampled, repetition_penalty=1.2, max_frames=32
     )
     prompt, _ = model.build_inference_input_ids(
         text=CALIBRATION_TEXT, tokenizer=model.tokenizer, mode="continuation"
     )
-    for _ in frames(model, prompt, sampling, KeySequence(0)):
-        pass
-    model.local_transformer = recorder.inner
+    try:
+        for _ in loop.frames(model, prompt, sampling, KeySequence(0)):
+            pass
+    finally:
+        loop._going_on = stop_decision
+        model.local_transformer = recorder.inner
     typical = float(np.median(recorder.projections[1:]))
     return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 

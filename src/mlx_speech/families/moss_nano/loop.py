@@ -18,10 +18,16 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
-from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask
+from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask, rotate_half
 
 from .kv_cache import BlockKVCache, block_caches
-from .sampling import HeadSampler, KeySequence, RepetitionHistory, penalize_repeats
+from .sampling import (
+    HeadSampler,
+    KeySequence,
+    RepetitionHistory,
+    penalize_repeats,
+    sample_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,11 @@ class FrameJob:
     def done(self) -> bool:
         return self.stopped or self.frames_done >= self.sampling.max_frames
 
-    def finish_frame(self, model: Model, frame: mx.array, slot: mx.array) -> None:
+    def finish_frame(self, frame: mx.array, next_input: mx.array) -> None:
         self.frame = frame
         self.frames_done += 1
         self.history.add(frame)
-        self.inputs = embed_rows(model, mx.concatenate([slot, frame])[None, None, :])
+        self.inputs = next_input
 
 
 def step(model: Model, jobs: list[FrameJob]) -> None:
@@ -94,19 +100,22 @@ def step(model: Model, jobs: list[FrameJob]) -> None:
     if not any(going):
         return
     previous = mx.broadcast_to(model.transformer.wte(slot), (len(jobs), hidden.shape[-1]))
+    seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
         local = model.local_transformer(
             inputs_embeds=previous[:, None, :], cache=local_cache
         )
         logits = local[:, -1, :] @ embedding.weight.T
-        code = _sample_codes(jobs, going, channel, logits)
+        code = _sample_codes(jobs, going, seen[:, channel], logits)
         codes.append(code)
         previous = embedding(code)
     frames = mx.stack(codes, axis=1)  # [jobs, n_vq]
+    slots = mx.broadcast_to(slot[None, :], (len(jobs), 1))
+    next_inputs = embed_rows(model, mx.concatenate([slots, frames], axis=1)[:, None, :])
     for index, job in enumerate(jobs):
         if going[index]:
-            job.finish_frame(model, frames[index], slot)
+            job.finish_frame(frames[index], next_inputs[index : index + 1])
 
 
 def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
@@ -133,42 +142,68 @@ def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
 
 
 def _decode_rows(transformer, rows: mx.array, caches: list[list[BlockKVCache]]) -> mx.array:
-    """mlx-audio's GPT-2 forward for one new row per job, each at its own position."""
+    """mlx-audio's GPT-2 forward for one new row per job, each at its own position.
+
+    Everything but attention runs on the stacked rows; each job attends over
+    its own cache. Every operation is row by row, so each job's numbers are
+    the ones mlx-audio computes for it alone.
+    """
+    jobs = rows.shape[0]
+    offsets = [cache[0].offset for cache in caches]
     x = rows
     if transformer.wpe is not None:
-        positions = mx.array([[cache[0].offset] for cache in caches])
-        x = x + transformer.wpe(positions)
+        x = x + transformer.wpe(mx.array(offsets)[:, None])
+    first = transformer.h[0].attn
+    heads, dim = first.num_heads, first.head_dim
+    rotary = first.rotary_emb
+    rotation = None if rotary is None else _rotation(rotary, offsets)
+    masks = [_causal_additive_mask(1, offset + 1, x.dtype) for offset in offsets]
     for layer, block in enumerate(transformer.h):
         attention = block.attn
         qkv = attention.c_attn(block.ln_1(x))
-        mixed = mx.concatenate(
-            [
-                _attend(attention, qkv[index : index + 1], cache[layer])
-                for index, cache in enumerate(caches)
-            ]
+        queries, keys, values = (
+            part.reshape(jobs, 1, heads, dim) for part in mx.split(qkv, 3, axis=-1)
         )
+        if rotation is not None:
+            queries, keys = _rotate(queries, rotation), _rotate(keys, rotation)
+        queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
+        mixed = []
+        for index, cache in enumerate(caches):
+            row = slice(index, index + 1)
+            history_keys, history_values = cache[layer].update_and_fetch(
+                keys[row], values[row]
+            )
+            mixed.append(
+                mx.fast.scaled_dot_product_attention(
+                    queries[row],
+                    history_keys,
+                    history_values,
+                    scale=attention.scale,
+                    mask=masks[index],
+                )
+            )
+        mixed = mx.concatenate(mixed).transpose(0, 2, 1, 3).reshape(jobs, 1, heads * dim)
         x = x + attention.c_proj(mixed)
         x = x + block.mlp(block.ln_2(x))
     return transformer.ln_f(x)[:, -1, :]
 
 
-def _attend(attention, qkv: mx.array, cache: BlockKVCache) -> mx.array:
-    """One job's attention over its own history, as mlx-audio computes it."""
-    heads, dim = attention.num_heads, attention.head_dim
-    queries, keys, values = (
-        part.reshape(1, 1, heads, dim) for part in mx.split(qkv, 3, axis=-1)
+def _rotation(rotary, offsets: list[int]) -> tuple[mx.array, mx.array]:
+    """Each job's RoPE cos and sin at its position, as mlx-audio computes them,
+    shaped ``[jobs, 1, 1, head_dim]``; the same for every layer."""
+    positions = mx.array(offsets, dtype=mx.float32)
+    inverse = 1.0 / (
+        rotary.base ** (mx.arange(0, rotary.dim, 2, dtype=mx.float32) / rotary.dim)
     )
-    if attention.rotary_emb is not None:
-        queries = attention.rotary_emb(queries, offset=cache.offset)
-        keys = attention.rotary_emb(keys, offset=cache.offset)
-    keys, values = cache.update_and_fetch(
-        keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
-    )
-    mask = _causal_additive_mask(1, keys.shape[2], qkv.dtype)
-    output = mx.fast.scaled_dot_product_attention(
-        queries.transpose(0, 2, 1, 3), keys, values, scale=attention.scale, mask=mask
-    )
-    return output.transpose(0, 2, 1, 3).reshape(1, 1, heads * dim)
+    angles = positions[:, None] * inverse[None, :]
+    cos = mx.repeat(mx.cos(angles), 2, axis=-1)[:, None, None, :]
+    sin = mx.repeat(mx.sin(angles), 2, axis=-1)[:, None, None, :]
+    return cos, sin
+
+
+def _rotate(x: mx.array, rotation: tuple[mx.array, mx.array]) -> mx.array:
+    cos, sin = rotation
+    return (x * cos) + (rotate_half(x) * sin)
 
 
 def _going_on(model: Model, jobs: list[FrameJob], local_hidden: mx.array) -> list[bool]:
@@ -178,27 +213,25 @@ def _going_on(model: Model, jobs: list[FrameJob], local_hidden: mx.array) -> lis
         [config.audio_assistant_slot_token_id, config.audio_end_token_id], dtype=mx.int32
     )
     logits = local_hidden @ model.transformer.wte.weight[candidates].T
-    choices = [
-        job.sampling.text(logits[index : index + 1], job.keys)
-        for index, job in enumerate(jobs)
-    ]
-    return [int(choice) == 0 for choice in mx.concatenate(choices).tolist()]
+    choices = sample_rows(logits, [(job.sampling.text, job.keys) for job in jobs])
+    return [choice == 0 for choice in choices.tolist()]
 
 
 def _sample_codes(
-    jobs: list[FrameJob], going: list[bool], channel: int, logits: mx.array
+    jobs: list[FrameJob], going: list[bool], seen: mx.array, logits: mx.array
 ) -> mx.array:
-    """One code per job for this codebook; stopped jobs get a placeholder 0."""
-    codes = []
-    for index, job in enumerate(jobs):
-        if not going[index]:
-            codes.append(mx.zeros((1,), dtype=mx.int32))
-            continue
-        row = logits[index : index + 1]
-        seen = job.history.seen[channel, : row.shape[-1]]
-        row = penalize_repeats(row, seen, job.sampling.repetition_penalty)
-        codes.append(job.sampling.audio(row, job.keys))
-    return mx.concatenate(codes)
+    """One code per job for one codebook; stopped jobs get a placeholder 0.
+    ``seen``: each job's history of this codebook, ``[jobs, vocab]``."""
+    logits = penalize_repeats(
+        logits,
+        seen[:, : logits.shape[-1]],
+        [job.sampling.repetition_penalty for job in jobs],
+    )
+    draws = [
+        (job.sampling.audio, job.keys) if going[index] else None
+        for index, job in enumerate(jobs)
+    ]
+    return sample_rows(logits, draws)
 
 
 def frames(

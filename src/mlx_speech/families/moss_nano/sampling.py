@@ -24,32 +24,51 @@ class KeySequence:
 
 @dataclass(frozen=True)
 class HeadSampler:
-    """Draws one token from logits; ``temperature == 0`` is greedy."""
+    """How one head draws its token; ``temperature == 0`` is greedy."""
 
     temperature: float
     top_k: int
     top_p: float
 
-    def __call__(self, logits: mx.array, keys: KeySequence) -> mx.array:
-        if self.temperature == 0:
-            return mx.argmax(logits, axis=-1).astype(mx.int32)
-        scores = logits / float(self.temperature)
-        scores = apply_top_k(scores, self.top_k)
-        scores = apply_top_p(scores, self.top_p)
-        return mx.random.categorical(scores, axis=-1, key=keys.next()).astype(mx.int32)
 
-
-def penalize_repeats(
-    logits: mx.array, seen: mx.array, repetition_penalty: float
+def sample_rows(
+    logits: mx.array, draws: list[tuple[HeadSampler, KeySequence] | None]
 ) -> mx.array:
-    """Scale down the logits of tokens already in this segment's history."""
-    if repetition_penalty == 1.0:
+    """One token per row of ``logits``, each row with its own sampler and keys
+    (``None``: a placeholder 0). Rows that share a sampler are filtered
+    together; every operation works row by row, so each row gets exactly the
+    numbers it would get alone. Only the draw itself is made per row, with
+    the row's own key."""
+    tokens: list[mx.array | None] = [None] * len(draws)
+    groups: dict[HeadSampler, list[int]] = {}
+    for row, draw in enumerate(draws):
+        if draw is None:
+            tokens[row] = mx.zeros((1,), dtype=mx.int32)
+        else:
+            groups.setdefault(draw[0], []).append(row)
+    for sampler, rows in groups.items():
+        part = logits if len(rows) == len(draws) else logits[mx.array(rows)]
+        if sampler.temperature == 0:
+            picked = mx.argmax(part, axis=-1).astype(mx.int32)
+            for position, row in enumerate(rows):
+                tokens[row] = picked[position : position + 1]
+            continue
+        scores = apply_top_k(part / float(sampler.temperature), sampler.top_k)
+        scores = apply_top_p(scores, sampler.top_p)
+        for position, row in enumerate(rows):
+            key = draws[row][1].next()
+            tokens[row] = mx.random.categorical(
+                scores[position : position + 1], axis=-1, key=key
+            ).astype(mx.int32)
+    return mx.concatenate(tokens)
+
+
+def penalize_repeats(logits: mx.array, seen: mx.array, penalties: list[float]) -> mx.array:
+    """Scale down, row by row, the logits of tokens already in that row's history."""
+    if all(penalty == 1.0 for penalty in penalties):
         return logits
-    penalized = mx.where(
-        logits < 0,
-        logits * float(repetition_penalty),
-        logits / float(repetition_penalty),
-    )
+    penalty = mx.array([[penalty] for penalty in penalties], dtype=logits.dtype)
+    penalized = mx.where(logits < 0, logits * penalty, logits / penalty)
     return mx.where(seen, penalized, logits)
 
 
