@@ -113,3 +113,13 @@ def test_self_stopping_model_matches_generate_for_every_seed(stopping_tts, stopp
         np.testing.assert_allclose(ours, theirs, atol=1e-4)
         lengths.append(len(ours) // frame)
     assert any(0 < n < 60 for n in lengths), lengths  # stopped by itself mid-utterance
+
+
+def test_the_shared_prompt_prefix_ends_where_the_text_begins(speaking_tts):
+    """Without a reference, every prompt starts with the same template rows,
+    whose KV state is computed once; the text starts right after them."""
+    service = speaking_tts._service
+    split = service._continuation_prefix_rows
+    prompts = [np.asarray(service._prompt(text, None)[0]) for text in ("Hi.", CJK)]
+    np.testing.assert_array_equal(prompts[0][:split], prompts[1][:split])
+    assert not np.array_equal(prompts[0][split], prompts[1][split])

@@ -61,6 +61,7 @@ class _SlowGlobalStep:
 
 def test_first_chunk_is_one_frame_and_arrives_before_the_second_frame(speaking_dir):
     tts = mlx_speech.load(speaking_dir)
+    tts.speak("Hi.", max_new_tokens=1)  # the shared prompt prefix is now cached
     model = tts._service._model
     slow = _SlowGlobalStep(model.transformer)
     stream = tts.stream("Hello there.", temperature=0, max_new_tokens=5)

@@ -15,7 +15,9 @@ from mlx.utils import tree_flatten
 from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.tts.models.moss_tts_nano import Model
 from mlx_audio.tts.models.moss_tts_nano.text import (
+    build_user_prompt_after_reference,
     build_user_prompt_prefix,
+    encode_text,
     lightweight_normalize_text,
     split_text_into_best_sentences,
 )
@@ -44,6 +46,7 @@ DEFAULTS = SamplingOptions(
 TEXT_HEAD = HeadSampler(temperature=1.0, top_k=50, top_p=1.0)
 MAX_TEXT_TOKENS_PER_SEGMENT = 75
 MAX_FRAMES_PER_SEGMENT = 4096
+CONTINUATION_PREFIX = "continuation"  # prefix-cache key of the no-reference prompt
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,14 @@ class NanoService:
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
-        self._prefix_text_rows = (
-            len(build_user_prompt_prefix(model.tokenizer, model.config))
-            + 1  # + audio start
+        user_prefix = build_user_prompt_prefix(model.tokenizer, model.config)
+        self._prefix_text_rows = len(user_prefix) + 1  # + audio start
+        # Without a reference the prompt starts with the template's
+        # "reference: None" part, the same for every request.
+        self._continuation_prefix_rows = (
+            len(user_prefix)
+            + len(encode_text(model.tokenizer, "None"))
+            + len(build_user_prompt_after_reference(model.tokenizer))
         )
         self._encodes = 0
         self._saved_voice_hits = 0
@@ -225,15 +233,17 @@ class NanoService:
 
     def _prefilled(
         self, prompt: mx.array, reference_codes: mx.array | None, key: str | None
-    ) -> tuple[list[BlockKVCache] | None, mx.array]:
-        """A cache holding the voice's prompt prefix, and the rows still to prefill.
+    ) -> tuple[list[BlockKVCache], mx.array]:
+        """A cache holding the prompt's shared prefix, and the rows still to prefill.
 
-        Up to and including the reference rows, a cloning prompt is the same
-        for every request with that voice; its KV state is computed once.
+        Up to the text, a prompt is the same for every request with the same
+        voice (the template, plus the reference rows when cloning); its KV
+        state is computed once.
         """
         if reference_codes is None:
-            return None, prompt
-        split = self._prefix_text_rows + reference_codes.shape[0]
+            split, key = self._continuation_prefix_rows, CONTINUATION_PREFIX
+        else:
+            split = self._prefix_text_rows + reference_codes.shape[0]
         taken = self._prefixes.get(key)
         if taken is None:
             cache = block_caches(len(self._model.transformer.h))

@@ -1,0 +1,99 @@
+"""How often batching changes a MOSS-TTS-Nano request's codes.
+
+    python bench/check_batch_exactness.py CHECKPOINT [--batch 8 16] [--frames 40]
+
+For each batch size, that many requests (English and Chinese sentences, half
+greedy, half sampled with a seed) are stepped together on the worker, then
+each again alone; it counts the requests whose codes differ and the frames
+compared. On Linux it re-runs itself with the system OpenBLAS when one is
+installed (pass --reference-blas to keep the bundled reference BLAS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Streaming speech lets a listener start before the sentence is finished.",
+    "Please confirm the meeting for Thursday at half past ten.",
+    "今天天气很好，我们去公园散步吧。",
+    "你好，欢迎使用本地语音合成服务。",
+]
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
+    parser.add_argument("--frames", type=int, default=40)
+    parser.add_argument("--reference-blas", action="store_true")
+    return parser.parse_args()
+
+
+def _codes(model, requests, together: bool):
+    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.sampling import KeySequence
+
+    def job(request):
+        text, sampling, seed = request
+        prompt, _ = model.build_inference_input_ids(
+            text=text, tokenizer=model.tokenizer, mode="continuation"
+        )
+        return FrameJob(model, prompt, sampling, KeySequence(seed))
+
+    def run(jobs):
+        codes = [[] for _ in jobs]
+        while live := [j for j in jobs if not j.done]:
+            step(model, live)
+            for j in live:
+                if not j.stopped:
+                    codes[jobs.index(j)].append(j.frame.tolist())
+        return codes
+
+    if together:
+        return run([job(request) for request in requests])
+    return [run([job(request)])[0] for request in requests]
+
+
+def main() -> None:
+    args = _arguments()
+    if not args.reference_blas:
+        from mlx_speech.blas import use_fast_blas
+
+        use_fast_blas()
+    import mlx_speech
+    from mlx_speech.blas import active_blas
+    from mlx_speech.engine import shared_engine
+    from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+
+    tts = mlx_speech.load(args.checkpoint)
+    model = tts._service._model
+    results = []
+    for size in args.batch:
+        requests = []
+        for index in range(size):
+            options = replace(DEFAULTS, max_new_tokens=args.frames)
+            if index % 2 == 0:
+                options = replace(options, temperature=0.0)
+            requests.append(
+                (SENTENCES[index % len(SENTENCES)], _frame_sampling(options), 1000 + index)
+            )
+        together = shared_engine().call(lambda r=requests: _codes(model, r, True))
+        alone = shared_engine().call(lambda r=requests: _codes(model, r, False))
+        differing = [i for i in range(size) if together[i] != alone[i]]
+        results.append(
+            {
+                "batch": size,
+                "requests_with_different_codes": len(differing),
+                "greedy_requests_with_different_codes": sum(i % 2 == 0 for i in differing),
+                "frames_compared": sum(len(codes) for codes in alone),
+            }
+        )
+    print(json.dumps({"blas": active_blas(), "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
