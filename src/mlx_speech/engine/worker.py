@@ -59,6 +59,7 @@ class Engine:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.max_batch = max_batch
         self.max_active = max(self.max_active, max_batch)
+        self.notify()  # waiting jobs may now start
 
     def stream(self, start: Callable[[], Iterator[Any]]) -> ChunkStream:
         """A consumer handle; the job is queued when it is first read."""
