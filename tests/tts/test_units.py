@@ -81,3 +81,23 @@ def test_fast_blas_leaves_a_process_alone_when_openblas_is_missing(monkeypatch):
     monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
     blas.use_fast_blas()
     assert calls == []
+
+
+def test_rows_drawn_together_equal_mlx_categorical_row_by_row():
+    """The batched draw is MLX's own categorical, row by row, key by key."""
+    import mlx.core as mx
+    from mlx_audio.tts.models.moss_tts_nano.sampling import apply_top_k, apply_top_p
+
+    from mlx_speech.families.moss_nano.sampling import categorical_rows
+
+    for trial in range(40):
+        logits = mx.random.normal((8, 256), key=mx.random.key(trial)) * (1 + trial % 4)
+        scores = apply_top_p(apply_top_k(logits / 0.8, 25), 0.95)
+        if trial % 10 == 0:  # an infinite maximum: a one-hot draw
+            scores = scores.at[3, mx.argmax(scores[3]).item()].add(float("inf"))
+        keys = [mx.random.key(1000 * trial + row) for row in range(8)]
+        alone = [
+            mx.random.categorical(scores[row : row + 1], axis=-1, key=keys[row]).item()
+            for row in range(8)
+        ]
+        assert categorical_rows(scores, keys).tolist() == alone

@@ -35,10 +35,9 @@ def sample_rows(
     logits: mx.array, draws: list[tuple[HeadSampler, KeySequence] | None]
 ) -> mx.array:
     """One token per row of ``logits``, each row with its own sampler and keys
-    (``None``: a placeholder 0). Rows that share a sampler are filtered
-    together; every operation works row by row, so each row gets exactly the
-    numbers it would get alone. Only the draw itself is made per row, with
-    the row's own key."""
+    (``None``: a placeholder 0). Rows that share a sampler are filtered and
+    drawn together; every operation works row by row and each row draws with
+    its own key, so each row gets exactly the token it would get alone."""
     tokens: list[mx.array | None] = [None] * len(draws)
     groups: dict[HeadSampler, list[int]] = {}
     for row, draw in enumerate(draws):
@@ -55,12 +54,30 @@ def sample_rows(
             continue
         scores = apply_top_k(part / float(sampler.temperature), sampler.top_k)
         scores = apply_top_p(scores, sampler.top_p)
+        picked = categorical_rows(scores, [draws[row][1].next() for row in rows])
         for position, row in enumerate(rows):
-            key = draws[row][1].next()
-            tokens[row] = mx.random.categorical(
-                scores[position : position + 1], axis=-1, key=key
-            ).astype(mx.int32)
+            tokens[row] = picked[position : position + 1]
     return mx.concatenate(tokens)
+
+
+def categorical_rows(scores: mx.array, keys: list[mx.array]) -> mx.array:
+    """``mx.random.categorical(scores[i:i+1], key=keys[i])`` for every row at once.
+
+    MLX 0.32.4 draws from one row of logits by inverse CDF: weights
+    ``exp(x - max)`` (a one-hot of the maximum when it is infinite), their
+    running sum, and the first index whose running sum reaches ``u * total``
+    for one uniform ``u`` drawn with the key. Those steps are row by row, so
+    running them on all rows gives each row's own draw; the seeded parity
+    tests hold this to ``mx.random.categorical``.
+    """
+    top = mx.max(scores, axis=-1, keepdims=True)
+    weights = mx.where(
+        mx.isinf(top), (scores == top).astype(scores.dtype), mx.exp(scores - top)
+    )
+    running = mx.cumsum(weights, axis=-1)
+    total = mx.sum(weights, axis=-1, keepdims=True)
+    uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=key) for key in keys])
+    return mx.sum(running < uniform * total, axis=-1).astype(mx.int32)
 
 
 def penalize_repeats(logits: mx.array, seen: mx.array, penalties: list[float]) -> mx.array:
