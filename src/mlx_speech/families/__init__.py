@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..audio import Audio
+from ..engine.batching import Pending
 
 
 class SpeechService(Protocol):
@@ -33,9 +34,11 @@ class SpeechService(Protocol):
         """Caller's thread, no MLX: validate (``InvalidRequest`` naming the field),
         apply defaults, fix the seed. Returns the request ``synthesize`` takes."""
 
-    def synthesize(self, request: Any) -> Iterator[Audio | None]:
-        """Worker thread: one step per frame, yielding a chunk or ``None``; the
-        engine stops calling it when the request is cancelled."""
+    def synthesize(self, request: Any) -> Iterator[Audio | Pending | None]:
+        """Worker thread: one step per frame, yielding a chunk, ``None``, or
+        ``Pending(batch, chunk)`` after submitting the frame to a step shared
+        with the model's other requests; the engine stops calling it when the
+        request is cancelled."""
 
     def stats(self) -> dict[str, int]:
         """Counters for /metrics (may be empty)."""
