@@ -28,6 +28,7 @@ from ...engine.batching import Pending
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
+from ..fields import check_text
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import is_audio_path, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
@@ -113,8 +114,7 @@ class NanoService:
         **sampling: Any,
     ) -> NanoRequest:
         del ref_text  # cloning uses the audio alone
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequest("text", "text must be a non-empty string")
+        check_text(text)
         if instructions is not None:
             raise InvalidRequest(
                 "instructions", "MOSS-TTS-Nano does not take instructions; leave them out"

@@ -21,6 +21,7 @@ from ...audio import Audio
 from ...errors import GenerationError, InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
+from ..fields import check_instructions, check_ref_text, check_text
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import last_warning, load_quietly
@@ -82,14 +83,9 @@ class Qwen3Service:
         language: Any = None,
         **sampling: Any,
     ) -> Qwen3Request:
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequest("text", "text must be a non-empty string")
-        if instructions is not None and (
-            not isinstance(instructions, str) or not instructions.strip()
-        ):
-            raise InvalidRequest("instructions", "instructions must be a non-empty string")
-        if ref_text is not None and not isinstance(ref_text, str):
-            raise InvalidRequest("ref_text", "ref_text must be a string")
+        check_text(text)
+        check_instructions(instructions)
+        check_ref_text(ref_text)
         options = parse_sampling(sampling, self._defaults, MAX_FRAMES)
         speaker, reference, ref_text = self._voice(voice, ref_text)
         self._check_instructions(instructions)

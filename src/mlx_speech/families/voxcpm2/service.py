@@ -21,6 +21,7 @@ from ...audio import Audio
 from ...errors import GenerationError, InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
+from ..fields import check_instructions, check_ref_text, check_text
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import load_quietly
@@ -73,15 +74,10 @@ class VoxService:
         language: Any = None,
         **sampling: Any,
     ) -> VoxRequest:
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidRequest("text", "text must be a non-empty string")
-        if ref_text is not None and not isinstance(ref_text, str):
-            raise InvalidRequest("ref_text", "ref_text must be a string")
+        check_text(text)
+        check_ref_text(ref_text)
+        check_instructions(instructions)
         if instructions is not None:
-            if not isinstance(instructions, str) or not instructions.strip():
-                raise InvalidRequest(
-                    "instructions", "instructions must be a non-empty string"
-                )
             text = f"({instructions}){text}"
         if language not in (None, "auto"):
             raise InvalidRequest(

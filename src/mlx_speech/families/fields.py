@@ -1,0 +1,25 @@
+"""Checks of the request fields every family reads the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidRequest
+
+
+def check_text(text: Any) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest("text", "text must be a non-empty string")
+
+
+def check_instructions(instructions: Any) -> None:
+    """``None`` (absent) or words."""
+    if instructions is not None and (
+        not isinstance(instructions, str) or not instructions.strip()
+    ):
+        raise InvalidRequest("instructions", "instructions must be a non-empty string")
+
+
+def check_ref_text(ref_text: Any) -> None:
+    if ref_text is not None and not isinstance(ref_text, str):
+        raise InvalidRequest("ref_text", "ref_text must be a string")
