@@ -66,12 +66,14 @@ class Engine:
         return ChunkStream(self, start)
 
     def call(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on the worker thread and return its result."""
+        """Run ``fn`` on the worker thread and return its result, once its job
+        has ended (so it no longer counts in ``load``)."""
 
         def once() -> Iterator[T]:
             yield fn()
 
-        return next(iter(self.stream(once)))
+        (result,) = self.stream(once)
+        return result
 
     def submit(self, job: Job) -> None:
         with self._wakeup:
