@@ -8,6 +8,7 @@ import time
 import anyio
 import numpy as np
 import pytest
+from idle import wait_until_idle
 
 from mlx_speech.audio import Audio
 from mlx_speech.engine import Engine
@@ -61,13 +62,6 @@ def _recorded(response: AudioResponse) -> list[dict]:
     return sent
 
 
-def _wait_until_idle(engine: Engine) -> None:
-    deadline = time.monotonic() + 5
-    while engine.load != (0, 0):
-        assert time.monotonic() < deadline, engine.load
-        time.sleep(0.01)
-
-
 def test_a_client_that_stops_reading_is_cancelled_after_the_idle_timeout():
     engine = Engine()
     progress: list[int] = []
@@ -84,7 +78,7 @@ def test_a_client_that_stops_reading_is_cancelled_after_the_idle_timeout():
     _run(response, send)
     assert 0.3 <= time.perf_counter() - started < 5
     assert closed == [True]
-    _wait_until_idle(engine)
+    wait_until_idle(engine, timeout=5)
     frames = len(progress)
     time.sleep(0.2)
     assert len(progress) == frames
@@ -107,7 +101,7 @@ def test_disconnect_before_the_first_chunk_cancels_the_job():
 
     _run(AudioResponse(engine.stream(start), _delivery(30, closed)), send, disconnects)
     assert closed == [True]
-    _wait_until_idle(engine)
+    wait_until_idle(engine, timeout=5)
 
 
 def test_a_failing_send_cancels_the_job():
@@ -122,7 +116,7 @@ def test_a_failing_send_cancels_the_job():
     with pytest.raises(Exception, match="connection reset|unhandled errors"):
         _run(response, send)
     assert closed == [True]
-    _wait_until_idle(engine)
+    wait_until_idle(engine, timeout=5)
 
 
 def test_a_failure_mid_stream_becomes_an_sse_error_event():

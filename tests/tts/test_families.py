@@ -11,11 +11,11 @@ import threading
 import mlx.core as mx
 import numpy as np
 import pytest
+from idle import wait_until_idle
 from interleave import read_in_turn
 from mlx_audio.tts.utils import load_model
 
 import mlx_speech
-from mlx_speech.engine import shared_engine
 from mlx_speech.testing.qwen3_checkpoint import SAMPLES_PER_FRAME, build_qwen3_checkpoint
 from mlx_speech.testing.voxcpm2_checkpoint import build_voxcpm2_checkpoint
 
@@ -34,15 +34,6 @@ def _mlx_audio(model, seed, call, **kwargs) -> np.ndarray:
     mx.random.seed(seed)
     results = list(getattr(model, call)(**kwargs))
     return np.concatenate([np.asarray(result.audio) for result in results])
-
-
-def _wait_until_idle(timeout=10.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while shared_engine().load != (0, 0):
-        assert time.monotonic() < deadline, f"worker still busy: {shared_engine().load}"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +239,7 @@ def test_cancel_mid_stream_frees_the_worker(qwen3_tts, voxcpm2_tts, family):
     next(stream)
     next(stream)
     stream.cancel()
-    _wait_until_idle()
+    wait_until_idle()
     with pytest.raises(StopIteration):
         next(stream)
     assert len(tts.speak(TEXT, max_new_tokens=3, **options).samples) > 0

@@ -14,6 +14,7 @@ import miniaudio
 import numpy as np
 import pytest
 import soundfile
+from idle import wait_until_idle
 from server_harness import RunningServer
 
 import mlx_speech
@@ -51,13 +52,6 @@ def decode(data: bytes, response_format: str, rate: int) -> np.ndarray:
     samples, found_rate = soundfile.read(io.BytesIO(data), dtype="float32")
     assert found_rate == rate
     return samples
-
-
-def wait_until_idle(timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while shared_engine().load != (0, 0):
-        assert time.monotonic() < deadline, f"worker still busy: {shared_engine().load}"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "buffered"])
@@ -181,7 +175,7 @@ def test_a_reader_that_stops_does_not_delay_a_second_client(server):
         assert len(decode(response.content, "wav", 48000)) == 30 * FRAME
     finally:
         stalled.close()
-    wait_until_idle(30)
+    wait_until_idle(timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -308,7 +302,7 @@ def test_requests_beyond_the_queue_get_429(speaking_dir):
         finally:
             for holder in holders:
                 holder.close()
-        wait_until_idle(30)
+        wait_until_idle(timeout=30)
         assert speech(running, max_new_tokens=2).status_code == 200
 
 

@@ -9,19 +9,13 @@ import time
 import mlx.core as mx
 import numpy as np
 import pytest
+from idle import wait_until_idle
 
 import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.pcm import to_pcm16
 
 TEXT = "A longer text. With two sentences, and a third clause."
-
-
-def _wait_until_idle(timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while shared_engine().load != (0, 0):
-        assert time.monotonic() < deadline, f"worker still busy: {shared_engine().load}"
-        time.sleep(0.01)
 
 
 def test_concatenated_chunks_equal_buffered_audio(speaking_tts):
@@ -101,7 +95,7 @@ def test_cancel_stops_generation_within_one_frame(speaking_dir):
     next(stream)
     stream.cancel()
     steps_at_cancel = len(slow.finished)
-    _wait_until_idle()
+    wait_until_idle()
     assert len(slow.finished) <= steps_at_cancel + 1
 
 
@@ -109,7 +103,7 @@ def test_cancelled_stream_frees_the_worker_for_the_next_job(speaking_tts):
     stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
     next(stream)
     stream.cancel()
-    _wait_until_idle()
+    wait_until_idle()
     with pytest.raises(StopIteration):
         next(stream)
     audio = speaking_tts.speak("Hello there.", temperature=0, max_new_tokens=5)
@@ -121,7 +115,7 @@ def test_abandoned_stream_cancels_itself_when_collected(speaking_tts):
     next(stream)
     del stream
     gc.collect()
-    _wait_until_idle()
+    wait_until_idle()
 
 
 def test_unread_stream_never_starts(speaking_tts):
@@ -146,7 +140,7 @@ def test_stalled_consumer_does_not_delay_another_job(speaking_tts):
     assert len(result["audio"].samples) > 0
     assert shared_engine().load == (1, 0)  # the stalled job keeps its state, parked
     stalled.cancel()
-    _wait_until_idle()
+    wait_until_idle()
 
 
 def test_requests_from_many_threads(speaking_tts):
