@@ -15,7 +15,7 @@ from interleave import read_in_turn
 from server_harness import RunningServer
 
 from mlx_speech.engine import Engine, shared_engine
-from mlx_speech.engine.batching import Pending
+from mlx_speech.engine.batching import Later, Pending
 from mlx_speech.server import ServerSettings
 
 TEXTS = [
@@ -128,6 +128,38 @@ def test_codes_of_requests_stepped_together_equal_mlx_audio(speaking_tts, speaki
             do_sample=not greedy,
         )
         np.testing.assert_array_equal(np.stack(ours), np.asarray(theirs[0]))
+
+
+def test_chunks_decoded_together_equal_mlx_audio_streaming_each_alone(speaking_tts):
+    """Requests at different points of their audio, with different chunk
+    sizes, decoded in one pass: each gets what mlx-audio's streaming decoder
+    gives it alone."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+
+    codec = speaking_tts._service._codec
+    n_vq = speaking_tts._service._model.config.n_vq
+    rng = np.random.default_rng(7)
+
+    def run():
+        theirs = [codec.make_streaming_decoder(num_quantizers=n_vq) for _ in range(4)]
+        ours = [DecoderState(codec) for _ in range(4)]
+        pairs = []
+        for round_ in range(5):
+            due = [r for r in range(4) if (r + round_) % 3 != 0]  # some sit out
+            chunks = {
+                r: list(mx.array(rng.integers(0, 64, (1 + r % 3, n_vq)), dtype=mx.int32))
+                for r in due
+            }
+            expected = [theirs[r].decode_frames(mx.stack(chunks[r])) for r in due]
+            got = decode_together(codec, n_vq, [(ours[r], chunks[r]) for r in due])
+            pairs += list(zip(map(np.asarray, expected), map(np.asarray, got), strict=True))
+        return pairs
+
+    for expected, got in shared_engine().call(run):
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
 def test_requests_that_stop_by_themselves_leave_the_batch(stopping_tts):
@@ -281,3 +313,73 @@ def test_metrics_show_batch_sizes_and_step_times(speaking_dir):
         line for line in text.splitlines() if line.startswith("mlx_speech_batch_size_count")
     ]
     assert int(count[0].split()[-1]) > 0
+
+
+class _Producing:
+    """A batch whose flush produces the outputs handed to it."""
+
+    def __init__(self, fail: bool = False):
+        self.waiting: list[Later] = []
+        self.fail = fail
+
+    def make(self) -> Later:
+        later = Later(self)
+        self.waiting.append(later)
+        return later
+
+    def flush(self, max_batch):
+        for index, later in enumerate(self.waiting):
+            if self.fail:
+                later.fail(RuntimeError("the decode broke"))
+            else:
+                later.resolve(f"chunk{index}")
+        self.waiting = []
+        return []
+
+
+def test_an_output_made_by_a_flush_reaches_its_reader_before_the_next_step():
+    engine = Engine()
+    producing = _Producing()
+    received = threading.Event()
+    step_saw_the_chunk: list[bool] = []
+
+    class Stepping:
+        def flush(self, max_batch):
+            step_saw_the_chunk.append(received.wait(timeout=5))
+            return [1]
+
+    stepping = Stepping()
+
+    def start():
+        yield Pending(stepping, producing.make())  # joins the step batch first
+
+    items = []
+
+    def read():
+        for item in engine.stream(start):
+            items.append(item)
+            received.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(timeout=10)
+    assert items == ["chunk0"]
+    assert step_saw_the_chunk == [True]
+
+
+def test_an_output_whose_work_failed_fails_its_reader_only():
+    engine = Engine()
+    broken, working = _Producing(fail=True), _Producing()
+
+    def start(batch):
+        def steps():
+            yield Pending(batch, batch.make())
+            yield "after"
+
+        return steps
+
+    failing = engine.stream(start(broken))
+    fine = engine.stream(start(working))
+    with pytest.raises(RuntimeError, match="the decode broke"):
+        list(failing)
+    assert list(fine) == ["chunk0", "after"]

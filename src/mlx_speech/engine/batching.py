@@ -5,6 +5,11 @@ A job that needs a model step hands its part to a ``Batch`` and yields
 flushes each batch once: one forward pass serves all the jobs that joined it,
 and they resume with their results in the next round. A job that is parked
 (its reader is not reading) or cancelled simply does not join.
+
+A job may also hand over work whose result is its next output (a chunk of
+audio to decode) as a ``Later``. The batches holding such work are flushed
+first and their outputs published before the other batches run, so a chunk
+reaches its reader while the next frames are computed.
 """
 
 from __future__ import annotations
@@ -19,10 +24,40 @@ class Batch(Protocol):
         ``max_batch`` jobs; returns each forward's size."""
 
 
+_UNSET = object()
+
+
+class Later:
+    """An output that ``batch`` produces at its next flush."""
+
+    def __init__(self, batch: Batch):
+        self.batch = batch
+        self._value: Any = _UNSET
+        self._failure: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._value is not _UNSET or self._failure is not None
+
+    def resolve(self, value: Any) -> None:
+        self._value = value
+
+    def fail(self, error: BaseException) -> None:
+        self._failure = error
+
+    def result(self) -> Any:
+        """The output, or the exception its work raised."""
+        if self._failure is not None:
+            raise self._failure
+        if self._value is _UNSET:
+            raise RuntimeError("the output was read before its batch was flushed")
+        return self._value
+
+
 @dataclass(frozen=True)
 class Pending:
-    """Yielded by a job that submitted work to ``batch``, with a chunk to
-    publish meanwhile if it has one."""
+    """Yielded by a job that submitted work to ``batch``, with an output to
+    publish meanwhile if it has one (a ``Later`` is published once produced)."""
 
     batch: Batch
     output: Any = None

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .batching import Batch, Pending
+from .batching import Later, Pending
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -55,9 +55,9 @@ class Job:
     def runnable(self) -> bool:
         return self.cancelled or self._pending is _NOTHING or not self.output.full()
 
-    def advance(self) -> Batch | None:
+    def advance(self) -> Pending | None:
         """Worker thread: publish what is pending, else run one step; returns
-        the batch the job joined, if it did."""
+        the ``Pending`` the step yielded, if it joined a shared step."""
         if self.cancelled:
             self.close()
             return None
@@ -77,19 +77,33 @@ class Job:
             if item.output is not None:
                 self._pending = item.output
                 self._publish()
-            return item.batch
+            return item
         if item is None:
             return None
         self._pending = item
         self._publish()
         return None
 
+    def deliver(self) -> None:
+        """Worker thread: publish an output that a flush has just produced."""
+        if self._pending is not _NOTHING and not self.finished:
+            self._publish()
+
     def _publish(self) -> bool:
+        item = self._pending
+        if isinstance(item, Later):
+            if not item.done:
+                return False
+            try:
+                item = item.result()
+            except Exception as error:  # noqa: BLE001 - the consumer gets it
+                item = Failure(error)
         try:
-            self.output.put_nowait(self._pending)
+            self.output.put_nowait(item)
         except queue.Full:
+            self._pending = item
             return False
-        if self._pending is END or isinstance(self._pending, Failure):
+        if item is END or isinstance(item, Failure):
             self.close()
         self._pending = _NOTHING
         return True

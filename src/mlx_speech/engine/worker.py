@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import mlx.core as mx
 
-from .batching import Batch
+from .batching import Batch, Later
 from .job import Job, log
 from .stream import ChunkStream
 
@@ -124,13 +124,7 @@ class Engine:
 
     def _run(self) -> None:
         while (runnable := self._next_round()) is not None:
-            batches: dict[int, Batch] = {}
-            for job in runnable:
-                batch = job.advance()
-                if batch is not None:
-                    batches[id(batch)] = batch
-            for batch in batches.values():
-                self._flush(batch)
+            self._round(runnable)
         mx.clear_cache()
         self._parked.set()
         # Never return: a thread that used MLX runs MLX's thread-exit hooks,
@@ -138,6 +132,28 @@ class Engine:
         # Blocked here, the thread simply ends with the process.
         threading.Event().wait()
 
+    def _round(self, runnable: list[Job]) -> None:
+        """Advance every runnable job, then flush what they submitted: first
+        the batches that produce outputs, which are published at once, then
+        the others."""
+        producing: dict[int, Batch] = {}
+        stepping: dict[int, Batch] = {}
+        waiting: list[Job] = []
+        for job in runnable:
+            pending = job.advance()
+            if pending is None:
+                continue
+            if isinstance(pending.output, Later):
+                producing[id(pending.output.batch)] = pending.output.batch
+                waiting.append(job)
+            stepping[id(pending.batch)] = pending.batch
+        for key, batch in producing.items():
+            self._flush(batch)
+            stepping.pop(key, None)
+        for job in waiting:
+            job.deliver()
+        for batch in stepping.values():
+            self._flush(batch)
 
     def _flush(self, batch: Batch) -> None:
         started = time.perf_counter()

@@ -37,8 +37,9 @@ class SpeechService(Protocol):
     def synthesize(self, request: Any) -> Iterator[Audio | Pending | None]:
         """Worker thread: one step per frame, yielding a chunk, ``None``, or
         ``Pending(batch, chunk)`` after submitting the frame to a step shared
-        with the model's other requests; the engine stops calling it when the
-        request is cancelled."""
+        with the model's other requests (``chunk`` may be a ``Later`` that a
+        shared decode fills); the engine stops calling it when the request is
+        cancelled."""
 
     def stats(self) -> dict[str, int]:
         """Counters for /metrics (may be empty)."""

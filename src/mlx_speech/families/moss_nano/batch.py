@@ -1,14 +1,21 @@
-"""The Nano requests of one model waiting for their next frame.
+"""The Nano work of one model that its requests share each round.
 
-Each request submits its ``FrameJob`` and yields ``Pending(batch)``; the worker
-flushes the batch once per round, stepping the jobs together in groups of at
-most ``max_batch``.
+``FrameBatch``: each request submits its ``FrameJob`` and yields
+``Pending(batch)``; the worker steps the jobs together in groups of at most
+``max_batch``. ``CodecBatch``: a request hands over the frames of its next
+chunk and gets a ``Later`` that the flush fills with the chunk's audio; the
+frames of all requests due for audio are decoded in one pass.
 """
 
 from __future__ import annotations
 
+import mlx.core as mx
+from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.tts.models.moss_tts_nano import Model
 
+from ...audio import Audio
+from ...engine.batching import Later
+from .codec import DecoderState, decode_together, mono
 from .loop import FrameJob, step
 
 
@@ -23,8 +30,7 @@ class FrameBatch:
     def flush(self, max_batch: int) -> list[int]:
         waiting, self._waiting = self._waiting, []
         sizes = []
-        for start in range(0, len(waiting), max_batch):
-            group = waiting[start : start + max_batch]
+        for group in _groups(waiting, max_batch):
             try:
                 step(self._model, group)
             except Exception as error:  # noqa: BLE001 - each job's reader gets it
@@ -32,3 +38,41 @@ class FrameBatch:
                     job.failure = error
             sizes.append(len(group))
         return sizes
+
+
+class CodecBatch:
+    def __init__(self, codec: MossAudioTokenizer, n_vq: int):
+        self._codec = codec
+        self._n_vq = n_vq
+        self._sample_rate = int(codec.sample_rate)
+        self._waiting: list[tuple[DecoderState, list[mx.array], Later]] = []
+
+    def decode(self, state: DecoderState, frames: list[mx.array]) -> Later:
+        """The ``Audio`` of ``frames``, once flushed."""
+        chunk = Later(self)
+        self._waiting.append((state, frames, chunk))
+        return chunk
+
+    def flush(self, max_batch: int) -> list[int]:
+        """Decodes; returns no sizes (the batch metrics count frame steps)."""
+        waiting, self._waiting = self._waiting, []
+        for group in _groups(waiting, max_batch):
+            try:
+                audio = decode_together(
+                    self._codec, self._n_vq, [(state, frames) for state, frames, _ in group]
+                )
+                mx.eval(audio)
+            except Exception as error:  # noqa: BLE001 - each request's reader gets it
+                for *_, chunk in group:
+                    chunk.fail(error)
+                continue
+            for (*_, chunk), samples in zip(group, audio, strict=True):
+                try:
+                    chunk.resolve(Audio(mono(samples), self._sample_rate))
+                except Exception as error:  # noqa: BLE001 - only that request fails
+                    chunk.fail(error)
+        return []
+
+
+def _groups(items: list, size: int) -> list[list]:
+    return [items[start : start + size] for start in range(0, len(items), size)]

@@ -24,7 +24,7 @@ from mlx_audio.tts.models.moss_tts_nano.text import (
 from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
-from ...engine.batching import Pending
+from ...engine.batching import Later, Pending
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
@@ -32,8 +32,8 @@ from ..fields import check_text
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import is_audio_path, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
-from .batch import FrameBatch
-from .codec import StreamingAudioDecoder, samples_per_frame
+from .batch import CodecBatch, FrameBatch
+from .codec import DecoderState, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows
 from .sampling import HeadSampler, KeySequence
@@ -77,6 +77,7 @@ class NanoService:
         self._model = model
         self._codec = codec
         self._batch = FrameBatch(model)
+        self._decodes = CodecBatch(codec, model.config.n_vq)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
@@ -172,17 +173,18 @@ class NanoService:
 
     # Worker thread.
     def synthesize(self, request: NanoRequest) -> Iterator[Audio | Pending | None]:
-        """One frame per step, stepped together with the model's other requests."""
+        """One frame per step, stepped together with the model's other
+        requests; each chunk is decoded together with theirs and goes out
+        while the next frame is computed."""
         keys = KeySequence(request.seed)
-        n_vq = self._model.config.n_vq
         reference_codes, prefix_key = None, None
         if request.reference is not None:
             codes = self._reference_codes(request.reference)
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
-        decoder = StreamingAudioDecoder(self._codec, n_vq)
+        decoder = DecoderState(self._codec)
         schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
-        chunk: Audio | None = None
+        chunk: Later | None = None
         for segment in request.segments:
             cache, rows = self._prefilled(
                 self._prompt(segment, reference_codes), reference_codes, prefix_key
@@ -190,7 +192,6 @@ class NanoService:
             job = FrameJob(self._model, rows, request.sampling, keys, cache)
             while not job.done:
                 self._batch.submit(job)
-                # The chunk of earlier frames goes out while this frame is computed.
                 yield Pending(self._batch, chunk)
                 chunk = None
                 if job.failure is not None:
@@ -200,12 +201,13 @@ class NanoService:
                 schedule.frame_done()
                 gathered.append(job.frame)
                 if len(gathered) >= schedule.frames_for_next_chunk():
-                    chunk = self._chunk(decoder, gathered, schedule)
+                    chunk = self._decodes.decode(decoder, gathered)
+                    schedule.chunk_done(len(gathered))
                     gathered = []
-        if gathered:
-            chunk = self._chunk(decoder, gathered, schedule)
+        if gathered:  # then no chunk is outstanding: one was just handed out
+            chunk = self._decodes.decode(decoder, gathered)
         if chunk is not None:
-            yield chunk
+            yield Pending(self._decodes, chunk)
 
     def _reference_codes(self, reference: Reference) -> np.ndarray:
         if reference.codes is not None:
@@ -253,16 +255,6 @@ class NanoService:
             taken = snapshot(cache)
             self._prefixes.put(key, taken, snapshot_bytes(taken))
         return restore(taken), prompt[:, split:]
-
-    def _chunk(
-        self,
-        decoder: StreamingAudioDecoder,
-        gathered: list[mx.array],
-        schedule: ChunkSchedule,
-    ) -> Audio:
-        samples = decoder.decode(gathered)
-        schedule.chunk_done(len(gathered))
-        return Audio(samples, self.sample_rate)
 
 
 def _frame_sampling(options: SamplingOptions) -> FrameSampling:
