@@ -383,3 +383,51 @@ def test_an_output_whose_work_failed_fails_its_reader_only():
     with pytest.raises(RuntimeError, match="the decode broke"):
         list(failing)
     assert list(fine) == ["chunk0", "after"]
+
+
+def test_each_output_is_published_as_soon_as_it_is_produced():
+    engine = Engine()
+    one_arrived = threading.Event()
+    arrived_before_the_other: list[bool] = []
+
+    class TwoDecodes:
+        def __init__(self):
+            self.waiting: list[tuple[Later, str]] = []
+
+        def flush(self, max_batch):
+            (first, first_value), (second, second_value) = self.waiting
+            self.waiting = []
+            first.resolve(first_value)
+            arrived_before_the_other.append(one_arrived.wait(timeout=5))
+            second.resolve(second_value)
+            return []
+
+    producing = TwoDecodes()
+    started: list[str] = []
+
+    def start(name):
+        def steps():
+            started.append(name)
+            while len(started) < 2:  # both hand over their work in the same round
+                yield None
+            later = Later(producing)
+            producing.waiting.append((later, name))
+            yield Pending(producing, later)
+
+        return steps
+
+    results: dict[str, list[str]] = {}
+
+    def read(name):
+        results[name] = []
+        for item in engine.stream(start(name)):
+            results[name].append(item)
+            one_arrived.set()
+
+    readers = [threading.Thread(target=read, args=(name,)) for name in ("a", "b")]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(timeout=10)
+    assert results == {"a": ["a"], "b": ["b"]}
+    assert arrived_before_the_other == [True]

@@ -8,12 +8,13 @@ and they resume with their results in the next round. A job that is parked
 
 A job may also hand over work whose result is its next output (a chunk of
 audio to decode) as a ``Later``. The batches holding such work are flushed
-first and their outputs published before the other batches run, so a chunk
-reaches its reader while the next frames are computed.
+first, and each output is published the moment it is produced, so a chunk
+reaches its reader before the next frames are computed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,16 +35,31 @@ class Later:
         self.batch = batch
         self._value: Any = _UNSET
         self._failure: BaseException | None = None
+        self._listeners: list[Callable[[], None]] = []
 
     @property
     def done(self) -> bool:
         return self._value is not _UNSET or self._failure is not None
 
+    def when_done(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the worker) once the output is produced."""
+        if self.done:
+            listener()
+        else:
+            self._listeners.append(listener)
+
     def resolve(self, value: Any) -> None:
         self._value = value
+        self._notify()
 
     def fail(self, error: BaseException) -> None:
         self._failure = error
+        self._notify()
+
+    def _notify(self) -> None:
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener()
 
     def result(self) -> Any:
         """The output, or the exception its work raised."""

@@ -74,7 +74,10 @@ class Job:
         except Exception as error:  # noqa: BLE001 - every failure goes to the consumer
             item = Failure(error)
         if isinstance(item, Pending):
-            if item.output is not None:
+            if isinstance(item.output, Later):
+                self._pending = item.output
+                item.output.when_done(self._deliver)
+            elif item.output is not None:
                 self._pending = item.output
                 self._publish()
             return item
@@ -84,7 +87,7 @@ class Job:
         self._publish()
         return None
 
-    def deliver(self) -> None:
+    def _deliver(self) -> None:
         """Worker thread: publish an output that a flush has just produced."""
         if self._pending is not _NOTHING and not self.finished:
             self._publish()

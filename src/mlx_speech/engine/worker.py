@@ -134,24 +134,20 @@ class Engine:
 
     def _round(self, runnable: list[Job]) -> None:
         """Advance every runnable job, then flush what they submitted: first
-        the batches that produce outputs, which are published at once, then
-        the others."""
+        the batches that produce outputs (each published as it is produced),
+        then the others."""
         producing: dict[int, Batch] = {}
         stepping: dict[int, Batch] = {}
-        waiting: list[Job] = []
         for job in runnable:
             pending = job.advance()
             if pending is None:
                 continue
             if isinstance(pending.output, Later):
                 producing[id(pending.output.batch)] = pending.output.batch
-                waiting.append(job)
             stepping[id(pending.batch)] = pending.batch
         for key, batch in producing.items():
             self._flush(batch)
             stepping.pop(key, None)
-        for job in waiting:
-            job.deliver()
         for batch in stepping.values():
             self._flush(batch)
 

@@ -58,8 +58,11 @@ class CodecBatch:
         return chunk
 
     def flush(self, max_batch: int) -> list[int]:
-        """Decodes; returns no sizes (the batch metrics count frame steps)."""
-        waiting, self._waiting = self._waiting, []
+        """Decodes, smallest chunks first (a request's first chunk is one
+        frame, so new listeners hear audio soonest); returns no sizes (the
+        batch metrics count frame steps)."""
+        waiting = sorted(self._waiting, key=lambda item: len(item[1]))
+        self._waiting = []
         for group in _decode_groups(waiting, max_batch):
             try:
                 audio = decode_together(

@@ -204,7 +204,7 @@ class NanoService:
                     chunk = self._decodes.decode(decoder, gathered)
                     schedule.chunk_done(len(gathered))
                     gathered = []
-        if gathered:  # then no chunk is outstanding: one was just handed out
+        if gathered:  # left-over frames: no chunk was handed out after them
             chunk = self._decodes.decode(decoder, gathered)
         if chunk is not None:
             yield Pending(self._decodes, chunk)
