@@ -3,10 +3,11 @@
     python bench/check_batch_exactness.py CHECKPOINT [--batch 8 16] [--frames 40]
 
 For each batch size, that many requests (English and Chinese sentences, half
-greedy, half sampled with a seed) are stepped together on the worker, then
-each again alone; it counts the requests whose codes differ and the frames
-compared. On Linux it re-runs itself with the system OpenBLAS when one is
-installed (pass --reference-blas to keep the bundled reference BLAS).
+greedy, half sampled with a seed) start together (their prompts computed in
+one forward) and are stepped together on the worker, then each again alone;
+it counts the requests whose codes differ and the frames compared. On Linux
+it re-runs itself with the system OpenBLAS when one is installed (pass
+--reference-blas to keep the bundled reference BLAS).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ token was audio-end ever reaches the decoder.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -121,83 +122,93 @@ def step(model: Model, jobs: list[FrameJob]) -> None:
 def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
     """The global transformer's last hidden state per job, ``[jobs, width]``.
 
-    A job with several rows (its prompt) runs on its own; single rows run
-    together.
+    Jobs on their next frame (one row each) run in one forward; jobs still on
+    their prompt (several rows) in another, so a prompt never changes the
+    size of the matrix products the single rows go through.
     """
-    transformer = model.transformer
-    hidden: dict[int, mx.array] = {}
-    single = []
-    for index, job in enumerate(jobs):
-        if job.inputs.shape[1] == 1:
-            single.append(index)
-        else:
-            hidden[index] = transformer(inputs_embeds=job.inputs, cache=job.cache)[0, -1]
-    if single:
-        rows = mx.concatenate([jobs[i].inputs for i in single])  # [n, 1, width]
-        caches = [jobs[i].cache for i in single]
-        stepped = _decode_rows(transformer, rows, caches)
-        for position, index in enumerate(single):
-            hidden[index] = stepped[position]
-    return mx.stack([hidden[index] for index in range(len(jobs))])
+    hidden: list[mx.array | None] = [None] * len(jobs)
+    prompts = [index for index, job in enumerate(jobs) if job.inputs.shape[1] > 1]
+    frames = [index for index, job in enumerate(jobs) if job.inputs.shape[1] == 1]
+    for group in (prompts, frames):
+        if not group:
+            continue
+        inputs = [jobs[index].inputs for index in group]
+        caches = [jobs[index].cache for index in group]
+        last = _forward_rows(model.transformer, inputs, caches)
+        for position, index in enumerate(group):
+            hidden[index] = last[position]
+    return mx.stack(hidden)
 
 
-def _decode_rows(transformer, rows: mx.array, caches: list[list[BlockKVCache]]) -> mx.array:
-    """mlx-audio's GPT-2 forward for one new row per job, each at its own position.
+def _forward_rows(
+    transformer, inputs: list[mx.array], caches: list[list[BlockKVCache]]
+) -> mx.array:
+    """mlx-audio's GPT-2 forward for several jobs' new rows (``[1, rows,
+    width]`` each), laid end to end → each job's last hidden state.
 
-    Everything but attention runs on the stacked rows; each job attends over
-    its own cache. Every operation is row by row, so each job's numbers are
-    the ones mlx-audio computes for it alone.
+    Everything but attention runs on all rows at once and works row by row;
+    each job attends over its own cache from its own position, as mlx-audio
+    computes it for that job alone.
     """
-    jobs = rows.shape[0]
+    lengths = [rows.shape[1] for rows in inputs]
     offsets = [cache[0].offset for cache in caches]
-    x = rows
+    spans = list(itertools.pairwise(itertools.accumulate(lengths, initial=0)))
+    x = mx.concatenate(inputs, axis=1)
     if transformer.wpe is not None:
-        x = x + transformer.wpe(mx.array(offsets)[:, None])
+        positions = [mx.arange(o, o + n) for o, n in zip(offsets, lengths, strict=True)]
+        x = x + transformer.wpe(mx.concatenate(positions))
     first = transformer.h[0].attn
     heads, dim = first.num_heads, first.head_dim
-    rotary = first.rotary_emb
-    rotation = None if rotary is None else _rotation(rotary, offsets)
-    masks = [_causal_additive_mask(1, offset + 1, x.dtype) for offset in offsets]
+    rotation = None
+    if first.rotary_emb is not None:
+        rotation = _rotation(first.rotary_emb, offsets, lengths)
+    masks = [
+        _causal_additive_mask(n, o + n, x.dtype)
+        for o, n in zip(offsets, lengths, strict=True)
+    ]
     for layer, block in enumerate(transformer.h):
         attention = block.attn
         qkv = attention.c_attn(block.ln_1(x))
         queries, keys, values = (
-            part.reshape(jobs, 1, heads, dim) for part in mx.split(qkv, 3, axis=-1)
+            part.reshape(1, -1, heads, dim) for part in mx.split(qkv, 3, axis=-1)
         )
         if rotation is not None:
             queries, keys = _rotate(queries, rotation), _rotate(keys, rotation)
-        queries, keys, values = (t.transpose(0, 2, 1, 3) for t in (queries, keys, values))
         mixed = []
-        for index, cache in enumerate(caches):
-            row = slice(index, index + 1)
+        for (start, end), cache, mask in zip(spans, caches, masks, strict=True):
             history_keys, history_values = cache[layer].update_and_fetch(
-                keys[row], values[row]
+                keys[:, start:end].transpose(0, 2, 1, 3),
+                values[:, start:end].transpose(0, 2, 1, 3),
             )
-            mixed.append(
-                mx.fast.scaled_dot_product_attention(
-                    queries[row],
-                    history_keys,
-                    history_values,
-                    scale=attention.scale,
-                    mask=masks[index],
-                )
+            attended = mx.fast.scaled_dot_product_attention(
+                queries[:, start:end].transpose(0, 2, 1, 3),
+                history_keys,
+                history_values,
+                scale=attention.scale,
+                mask=mask,
             )
-        mixed = mx.concatenate(mixed).transpose(0, 2, 1, 3).reshape(jobs, 1, heads * dim)
-        x = x + attention.c_proj(mixed)
+            mixed.append(attended.transpose(0, 2, 1, 3).reshape(1, end - start, -1))
+        x = x + attention.c_proj(mx.concatenate(mixed, axis=1))
         x = x + block.mlp(block.ln_2(x))
-    return transformer.ln_f(x)[:, -1, :]
+    return transformer.ln_f(x[0, mx.array([end - 1 for _, end in spans])])
 
 
-def _rotation(rotary, offsets: list[int]) -> tuple[mx.array, mx.array]:
-    """Each job's RoPE cos and sin at its position, as mlx-audio computes them,
-    shaped ``[jobs, 1, 1, head_dim]``; the same for every layer."""
-    positions = mx.array(offsets, dtype=mx.float32)
+def _rotation(rotary, offsets: list[int], lengths: list[int]) -> tuple[mx.array, mx.array]:
+    """RoPE cos and sin at every row's position (each job counting from its
+    own offset), as mlx-audio computes them, shaped ``[1, rows, 1, head_dim]``;
+    the same for every layer."""
+    positions = mx.concatenate(
+        [
+            mx.arange(o, o + n, dtype=mx.float32)
+            for o, n in zip(offsets, lengths, strict=True)
+        ]
+    )
     inverse = 1.0 / (
         rotary.base ** (mx.arange(0, rotary.dim, 2, dtype=mx.float32) / rotary.dim)
     )
     angles = positions[:, None] * inverse[None, :]
-    cos = mx.repeat(mx.cos(angles), 2, axis=-1)[:, None, None, :]
-    sin = mx.repeat(mx.sin(angles), 2, axis=-1)[:, None, None, :]
+    cos = mx.repeat(mx.cos(angles), 2, axis=-1)[None, :, None, :]
+    sin = mx.repeat(mx.sin(angles), 2, axis=-1)[None, :, None, :]
     return cos, sin
 
 
