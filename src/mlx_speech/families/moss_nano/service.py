@@ -48,10 +48,6 @@ TEXT_HEAD = HeadSampler(temperature=1.0, top_k=50, top_p=1.0)
 MAX_TEXT_TOKENS_PER_SEGMENT = 75
 MAX_FRAMES_PER_SEGMENT = 4096
 CONTINUATION_PREFIX = "continuation"  # prefix-cache key of the no-reference prompt
-# Past a few frames the codec's decode costs the same per frame however many it
-# takes at once (measured), so longer chunks save nothing; with many streams
-# due in the same round they only make that round, and everyone's wait, long.
-MAX_CHUNK_FRAMES = 8
 
 
 @dataclass(frozen=True)
@@ -186,9 +182,7 @@ class NanoService:
             codes = self._reference_codes(request.reference)
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
         decoder = DecoderState(self._codec)
-        schedule = ChunkSchedule(
-            self.samples_per_frame / self.sample_rate, max_frames=MAX_CHUNK_FRAMES
-        )
+        schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
         chunk: Later | None = None
         for segment in request.segments:
