@@ -19,10 +19,6 @@ class BlockKVCache:
         self.values: mx.array | None = None
         self.offset = 0
 
-    def reset(self) -> None:
-        """Forget the history, keep the memory (for the per-frame local cache)."""
-        self.offset = 0
-
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array]:

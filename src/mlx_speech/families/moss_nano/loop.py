@@ -128,8 +128,8 @@ def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
     """
     hidden: list[mx.array | None] = [None] * len(jobs)
     prompts = [index for index, job in enumerate(jobs) if job.inputs.shape[1] > 1]
-    frames = [index for index, job in enumerate(jobs) if job.inputs.shape[1] == 1]
-    for group in (prompts, frames):
+    single_rows = [index for index, job in enumerate(jobs) if job.inputs.shape[1] == 1]
+    for group in (prompts, single_rows):
         if not group:
             continue
         inputs = [jobs[index].inputs for index in group]
