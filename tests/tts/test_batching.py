@@ -214,29 +214,22 @@ def test_batching_off_still_interleaves(speaking_tts):
         np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
-def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir):
+def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir, monkeypatch):
     import mlx_speech
+    from mlx_speech.families.moss_nano import loop
 
     tts = mlx_speech.load(speaking_dir)
     streams = [tts.stream(TEXTS[0], seed=i, max_new_tokens=20) for i in range(3)]
     for stream in streams:
         next(stream)
-    model = tts._service._model
-    broken = model.local_transformer
 
-    class Failing:
-        h = broken.h
+    def broken(model, jobs, text_hidden):
+        raise RuntimeError("the frame step broke")
 
-        def __call__(self, **kwargs):
-            raise RuntimeError("the local transformer broke")
-
-    model.local_transformer = Failing()
-    try:
-        for stream in streams:
-            with pytest.raises(RuntimeError, match="local transformer broke"):
-                list(stream)
-    finally:
-        model.local_transformer = broken
+    monkeypatch.setattr(loop, "_going_on", broken)
+    for stream in streams:
+        with pytest.raises(RuntimeError, match="frame step broke"):
+            list(stream)
 
 
 def test_engine_flushes_each_batch_once_per_round():

@@ -244,25 +244,6 @@ def _text_head_direction(model: Model, margin_scale: float) -> mx.array:
     return direction
 
 
-class _ProjectionRecorder:
-    """Stands in for the local transformer; records the text-head projection."""
-
-    def __init__(self, local_transformer, direction: mx.array):
-        self.inner = local_transformer
-        self._direction = direction
-        self.projections: list[float] = []
-
-    def __call__(self, *, inputs_embeds: mx.array, cache=None) -> mx.array:
-        text_head_step = not cache or cache[0].offset == 0  # first local step of a frame
-        out = self.inner(inputs_embeds=inputs_embeds, cache=cache)
-        if text_head_step:
-            self.projections.append((out[0, -1] @ self._direction).item())
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 def _stopping_bias(model: Model, direction: mx.array) -> float:
     """A bias giving a typical continue margin of STOPPING_TYPICAL_MARGIN.
 
@@ -272,10 +253,14 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
     from mlx_speech.families.moss_nano import loop
     from mlx_speech.families.moss_nano.sampling import HeadSampler, KeySequence
 
-    recorder = _ProjectionRecorder(model.local_transformer, direction)
-    model.local_transformer = recorder
+    projections: list[float] = []
+
+    def record_and_go_on(model, jobs, text_hidden):  # a forced run
+        projections.append((text_hidden[0] @ direction).item())
+        return [True] * len(jobs)
+
     stop_decision = loop._going_on
-    loop._going_on = lambda model, jobs, hidden: [True] * len(jobs)  # a forced run
+    loop._going_on = record_and_go_on
     sampled = HeadSampler(0.8, 25, 0.95)
     sampling = loop.FrameSampling(
         text=sampled, audio=sampled, repetition_penalty=1.2, max_frames=32
@@ -288,8 +273,7 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
             pass
     finally:
         loop._going_on = stop_decision
-        model.local_transformer = recorder.inner
-    typical = float(np.median(recorder.projections[1:]))
+    typical = float(np.median(projections[1:]))
     return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 
 

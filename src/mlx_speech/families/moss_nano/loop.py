@@ -19,8 +19,16 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
-from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask, rotate_half
+from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask
 
+from .blocks import (
+    attention_inputs,
+    attention_inputs_compiled,
+    block_output,
+    block_output_compiled,
+    local_step_compiled,
+    settings,
+)
 from .kv_cache import BlockKVCache, block_caches
 from .sampling import (
     HeadSampler,
@@ -40,14 +48,30 @@ class FrameSampling:
 
 
 def embed_rows(model: Model, rows: mx.array) -> mx.array:
-    """Rows of [text id, code_1 .. code_n] (pad where absent) → summed embeddings."""
-    pad = model.config.audio_pad_token_id
-    embeds = model.transformer.wte(rows[..., 0])
-    for channel, embedding in enumerate(model.audio_embeddings):
+    """Rows of [text id, code_1 .. code_n] (pad where absent) → summed
+    embeddings. A frame's rows (one per job) run compiled; prompts of any
+    length uncompiled."""
+    summed = _summed_embeddings_compiled if rows.shape[-2] == 1 else _summed_embeddings
+    return summed(
+        model.transformer.wte.weight,
+        [embedding.weight for embedding in model.audio_embeddings],
+        rows,
+        model.config.audio_pad_token_id,
+    )
+
+
+def _summed_embeddings(
+    text_table: mx.array, audio_tables: list[mx.array], rows: mx.array, pad: int
+) -> mx.array:
+    embeds = text_table[rows[..., 0]]
+    for channel, table in enumerate(audio_tables):
         codes = rows[..., channel + 1]
         present = codes != pad
-        embeds = embeds + embedding(mx.where(present, codes, 0)) * present[..., None]
+        embeds = embeds + table[mx.where(present, codes, 0)] * present[..., None]
     return embeds
+
+
+_summed_embeddings_compiled = mx.compile(_summed_embeddings)
 
 
 class FrameJob:
@@ -92,9 +116,8 @@ def step(model: Model, jobs: list[FrameJob]) -> None:
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
     hidden = _global_hidden(model, jobs)
-    local_cache = block_caches(len(model.local_transformer.h), block=config.n_vq + 1)
-    local = model.local_transformer(inputs_embeds=hidden[:, None, :], cache=local_cache)
-    going = _going_on(model, jobs, local[:, -1, :])
+    local = _LocalPass(model.local_transformer, positions=config.n_vq + 1)
+    going = _going_on(model, jobs, local(hidden))
     for index, job in enumerate(jobs):
         job.frame = None
         job.stopped = not going[index]
@@ -104,10 +127,7 @@ def step(model: Model, jobs: list[FrameJob]) -> None:
     seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
-        local = model.local_transformer(
-            inputs_embeds=previous[:, None, :], cache=local_cache
-        )
-        logits = local[:, -1, :] @ embedding.weight.T
+        logits = local(previous) @ embedding.weight.T
         code = _sample_codes(jobs, going, seen[:, channel], logits)
         codes.append(code)
         previous = embedding(code)
@@ -148,7 +168,10 @@ def _forward_rows(
 
     Everything but attention runs on all rows at once and works row by row;
     each job attends over its own cache from its own position, as mlx-audio
-    computes it for that job alone.
+    computes it for that job alone. One row per job is the frame step: its
+    row-wise parts run compiled (their shapes repeat every frame), and its
+    attention needs no mask (one query sees every key). Prompts of any length
+    run uncompiled, so they leave no compiled variants behind.
     """
     lengths = [rows.shape[1] for rows in inputs]
     offsets = [cache[0].offset for cache in caches]
@@ -157,23 +180,20 @@ def _forward_rows(
     if transformer.wpe is not None:
         positions = [mx.arange(o, o + n) for o, n in zip(offsets, lengths, strict=True)]
         x = x + transformer.wpe(mx.concatenate(positions))
+    single_rows = all(n == 1 for n in lengths)
+    inputs_of = attention_inputs_compiled if single_rows else attention_inputs
+    output_of = block_output_compiled if single_rows else block_output
     first = transformer.h[0].attn
-    heads, dim = first.num_heads, first.head_dim
     rotation = None
     if first.rotary_emb is not None:
         rotation = _rotation(first.rotary_emb, offsets, lengths)
     masks = [
-        _causal_additive_mask(n, o + n, x.dtype)
+        None if single_rows else _causal_additive_mask(n, o + n, x.dtype)
         for o, n in zip(offsets, lengths, strict=True)
     ]
     for layer, block in enumerate(transformer.h):
-        attention = block.attn
-        qkv = attention.c_attn(block.ln_1(x))
-        queries, keys, values = (
-            part.reshape(1, -1, heads, dim) for part in mx.split(qkv, 3, axis=-1)
-        )
-        if rotation is not None:
-            queries, keys = _rotate(queries, rotation), _rotate(keys, rotation)
+        shape = settings(block)
+        queries, keys, values = inputs_of(block, x, rotation, shape.heads, shape.eps)
         mixed = []
         for (start, end), cache, mask in zip(spans, caches, masks, strict=True):
             history_keys, history_values = cache[layer].update_and_fetch(
@@ -184,12 +204,12 @@ def _forward_rows(
                 queries[:, start:end].transpose(0, 2, 1, 3),
                 history_keys,
                 history_values,
-                scale=attention.scale,
+                scale=shape.scale,
                 mask=mask,
             )
             mixed.append(attended.transpose(0, 2, 1, 3).reshape(1, end - start, -1))
-        x = x + attention.c_proj(mx.concatenate(mixed, axis=1))
-        x = x + block.mlp(block.ln_2(x))
+        attended = mx.concatenate(mixed, axis=1)
+        x = output_of(block, x, attended, shape.eps, shape.activation)
     return transformer.ln_f(x[0, mx.array([end - 1 for _, end in spans])])
 
 
@@ -212,9 +232,33 @@ def _rotation(rotary, offsets: list[int], lengths: list[int]) -> tuple[mx.array,
     return cos, sin
 
 
-def _rotate(x: mx.array, rotation: tuple[mx.array, mx.array]) -> mx.array:
-    cos, sin = rotation
-    return (x * cos) + (rotate_half(x) * sin)
+class _LocalPass:
+    """The local transformer over one frame, a position per call, for all
+    jobs side by side."""
+
+    def __init__(self, transformer, positions: int):
+        self._transformer = transformer
+        self._blocks = tuple(settings(block) for block in transformer.h)
+        rotary = transformer.h[0].attn.rotary_emb
+        self._rotations = None if rotary is None else _rotation(rotary, [0], [positions])
+        self._caches: list[tuple[mx.array, mx.array]] = []
+        self._position = 0
+
+    def __call__(self, rows: mx.array) -> mx.array:
+        """``[jobs, width]`` at the next position → hidden states, the same shape."""
+        x = rows[:, None, :]
+        if self._transformer.wpe is not None:
+            x = x + self._transformer.wpe(mx.array([self._position]))
+        hidden, self._caches = local_step_compiled(
+            self._transformer,
+            x,
+            self._caches,
+            self._rotations,
+            self._blocks,
+            self._transformer.ln_f.eps,
+        )
+        self._position += 1
+        return hidden[:, -1, :]
 
 
 def _going_on(model: Model, jobs: list[FrameJob], local_hidden: mx.array) -> list[bool]:

@@ -85,8 +85,13 @@ def penalize_repeats(logits: mx.array, seen: mx.array, penalties: list[float]) -
     if all(penalty == 1.0 for penalty in penalties):
         return logits
     penalty = mx.array([[penalty] for penalty in penalties], dtype=logits.dtype)
-    penalized = mx.where(logits < 0, logits * penalty, logits / penalty)
-    return mx.where(seen, penalized, logits)
+    return _penalized(logits, seen, penalty)
+
+
+@mx.compile
+def _penalized(logits: mx.array, seen: mx.array, penalty: mx.array) -> mx.array:
+    scaled = mx.where(logits < 0, logits * penalty, logits / penalty)
+    return mx.where(seen, scaled, logits)
 
 
 class RepetitionHistory:

@@ -1,0 +1,133 @@
+"""mlx-audio's GPT-2 block for Nano's transformers, as two row-wise pieces
+around attention, each of which MLX can compile into fused kernels.
+
+A frame step pushes only a few rows through each block, so dispatching its
+many small operations one by one costs about as much as their arithmetic.
+Compiled, the layer norms, rotations, residual adds and activation run as a
+few fused kernels. The pieces do mlx-audio's operations in its order and
+precision, and MLX's CPU compiler does not contract multiply-adds, so results
+are bit for bit those of mlx-audio's modules (the parity tests hold them to
+that). Where no C++ compiler is found, MLX runs the same operations unfused.
+
+A block is passed as its module: MLX hands the compiled function its
+parameters as nested dicts.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new, rotate_half
+
+Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows, heads, dim]
+
+
+class BlockSettings(NamedTuple):
+    heads: int
+    scale: float
+    eps: float
+    activation: str
+
+
+def settings(block) -> BlockSettings:
+    attention = block.attn
+    return BlockSettings(
+        heads=attention.num_heads,
+        scale=attention.scale,
+        eps=block.ln_1.eps,
+        activation=block.mlp.activation_function,
+    )
+
+
+def attention_inputs(
+    block, x: mx.array, rotation: Rotation | None, heads: int, eps: float
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``ln_1`` and ``c_attn`` of ``x`` (``[batch, rows, width]``) → queries,
+    keys, values as ``[batch, rows, heads, head_dim]``, queries and keys
+    rotated when the block uses RoPE."""
+    normed = mx.fast.layer_norm(x, block["ln_1"]["weight"], block["ln_1"]["bias"], eps)
+    qkv = _linear(block["attn"]["c_attn"], normed)
+    batch, rows = x.shape[:2]
+    queries, keys, values = (
+        part.reshape(batch, rows, heads, -1) for part in mx.split(qkv, 3, axis=-1)
+    )
+    if rotation is not None:
+        cos, sin = rotation
+        queries = (queries * cos) + (rotate_half(queries) * sin)
+        keys = (keys * cos) + (rotate_half(keys) * sin)
+    return queries, keys, values
+
+
+def block_output(
+    block, x: mx.array, attended: mx.array, eps: float, activation: str
+) -> mx.array:
+    """The rest of the block after attention (``attended``: ``[batch, rows,
+    width]``): ``c_proj`` and the residual, then ``ln_2``, the MLP and its
+    residual."""
+    x = x + _linear(block["attn"]["c_proj"], attended)
+    normed = mx.fast.layer_norm(x, block["ln_2"]["weight"], block["ln_2"]["bias"], eps)
+    inner = _activate(_linear(block["mlp"]["fc_in"], normed), activation)
+    return x + _linear(block["mlp"]["fc_out"], inner)
+
+
+def local_step(
+    transformer,
+    x: mx.array,
+    caches: list[tuple[mx.array, mx.array]],
+    rotations: Rotation | None,
+    blocks: tuple[BlockSettings, ...],
+    final_eps: float,
+) -> tuple[mx.array, list[tuple[mx.array, mx.array]]]:
+    """The next position of a short transformer for ``batch`` sequences side
+    by side (``x``: ``[batch, 1, width]``) → ``ln_f`` of its output, and the
+    caches grown by it.
+
+    ``caches`` hold each layer's keys and values so far (``[batch, heads,
+    position, head_dim]``; none at position 0), and ``rotations`` the RoPE
+    tables of all positions (``[1, positions, 1, head_dim]``). Every sequence
+    is at the same position, so the one query sees every key and needs no
+    mask. (Compiled, ``blocks`` arrive as plain tuples, hence the unpacking.)
+    """
+    position = caches[0][0].shape[2] if caches else 0
+    rotation = None
+    if rotations is not None:
+        rotation = tuple(table[:, position : position + 1] for table in rotations)
+    grown = []
+    for layer, (block, shape) in enumerate(zip(transformer["h"], blocks, strict=True)):
+        heads, scale, eps, activation = shape
+        queries, keys, values = (
+            part.transpose(0, 2, 1, 3)
+            for part in attention_inputs(block, x, rotation, heads, eps)
+        )
+        if caches:
+            keys = mx.concatenate([caches[layer][0], keys], axis=2)
+            values = mx.concatenate([caches[layer][1], values], axis=2)
+        grown.append((keys, values))
+        attended = mx.fast.scaled_dot_product_attention(
+            queries, keys, values, scale=scale
+        )
+        attended = attended.transpose(0, 2, 1, 3).reshape(x.shape)
+        x = block_output(block, x, attended, eps, activation)
+    ln_f = transformer["ln_f"]
+    return mx.fast.layer_norm(x, ln_f["weight"], ln_f["bias"], final_eps), grown
+
+
+attention_inputs_compiled = mx.compile(attention_inputs)
+block_output_compiled = mx.compile(block_output)
+local_step_compiled = mx.compile(local_step)
+
+
+def _linear(layer, x: mx.array) -> mx.array:
+    if "bias" in layer:
+        return mx.addmm(layer["bias"], x, layer["weight"].T)
+    return x @ layer["weight"].T
+
+
+def _activate(x: mx.array, name: str) -> mx.array:
+    if name == "gelu_new":
+        return gelu_new(x)
+    if name == "silu":
+        return nn.silu(x)
+    return nn.gelu(x)
