@@ -304,3 +304,20 @@ def frames(
         if job.stopped:
             return
         yield job.frame
+
+
+def warm_up(model: Model, sampling: FrameSampling) -> None:
+    """Steps a short prompt alone, then two together, with ``sampling`` (the
+    requests' default): the first use of the compiled parts on a machine
+    builds their kernels (seconds, once; MLX keeps them on disk), and one job
+    alone and several together use different ones. Done at load, so no
+    request waits for it."""
+    prompt, _ = model.build_inference_input_ids(
+        text="Hello.", tokenizer=model.tokenizer, mode="continuation"
+    )
+    first, second = (FrameJob(model, prompt, sampling, KeySequence(0)) for _ in range(2))
+    for group in ([first], [first], [second], [first, second]):
+        live = [job for job in group if not job.done]
+        if live:
+            step(model, live)
+    mx.eval([job.frame for job in (first, second) if job.frame is not None])

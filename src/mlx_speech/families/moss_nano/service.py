@@ -35,7 +35,7 @@ from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
 from .codec import DecoderState, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
-from .loop import FrameJob, FrameSampling, embed_rows
+from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .sampling import HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"
@@ -281,6 +281,7 @@ def load(model_dir: Path) -> NanoService:
             f"fetching {fallback or 'the default codec'} failed ({error})"
         ) from error
     model.audio_tokenizer = codec
+    warm_up(model, _frame_sampling(DEFAULTS))
     return NanoService(model, codec, _codec_id(codec))
 
 
