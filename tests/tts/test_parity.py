@@ -123,3 +123,22 @@ def test_the_shared_prompt_prefix_ends_where_the_text_begins(speaking_tts):
     prompts = [np.asarray(service._prompt(text, None)[0]) for text in ("Hi.", CJK)]
     np.testing.assert_array_equal(prompts[0][:split], prompts[1][:split])
     assert not np.array_equal(prompts[0][split], prompts[1][split])
+
+
+def test_reference_codes_equal_encode_audio(speaking_dir):
+    """Our encoder pass (attention and GELU in halves on two threads) gives
+    mlx-audio's codes, including a clip that does not fill its last frame."""
+    from mlx_audio.codec import MossAudioTokenizer
+
+    from mlx_speech.families.moss_nano.codec import encode
+
+    codec = MossAudioTokenizer.from_model_dir(Path(speaking_dir))
+    rng = np.random.default_rng(5)
+    for samples in (int(1.3 * codec.sample_rate), 3 * 3840 + 1001):
+        t = np.arange(samples) / codec.sample_rate
+        voice = 0.3 * np.sin(2 * np.pi * 180 * t)[:, None] * np.array([[1.0, 0.6]])
+        clip = (voice + 0.02 * rng.standard_normal((samples, 2))).astype(np.float32)
+        theirs = np.asarray(codec.encode_audio(clip, num_quantizers=4))
+        ours = encode(codec, clip, 4)
+        assert ours.shape == theirs.shape and ours.shape[0] > 0
+        np.testing.assert_array_equal(ours, theirs)

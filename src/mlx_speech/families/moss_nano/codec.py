@@ -1,13 +1,15 @@
 """Codec side of the Nano family: frames of codes → mono float PCM, streamed,
-for several requests in one pass.
+for several requests in one pass; and a reference clip → its codes.
 
 mlx-audio's streaming decoder takes one request at a time. Here the frames of
 all requests due for audio run through the codec's decoder stages together:
 every operation that works time step by time step (codebook lookups, patch
 reshapes, projections, norms, feed-forwards) runs once on all requests' steps
 laid end to end; attention runs per request over that request's own history,
-as mlx-audio's streaming step computes it. The attention and the exact GELU,
-which take most of the time, run in halves on two threads (``halves``).
+as mlx-audio's streaming step computes it. Encoding runs mlx-audio's encoder
+stages over the whole clip. In both, the attention and the exact GELU, which
+take most of the time, run in halves on two threads (``halves``); every number
+is mlx-audio's.
 """
 
 from __future__ import annotations
@@ -74,6 +76,22 @@ def decode_together(
     return [audio[start:end] for start, end in _spans(lengths)]
 
 
+def encode(codec: MossAudioTokenizer, samples: np.ndarray, n_vq: int) -> np.ndarray:
+    """A clip (``[samples, channels]`` at the codec rate) → its codes,
+    ``[frames, n_vq]``, as mlx-audio's ``encode_audio`` computes them."""
+    waveform = codec._load_audio_array(samples, sample_rate=codec.sample_rate)
+    values, lengths = codec._prepare_waveform_batch([mx.array(waveform.T.copy())])
+    hidden, lengths = codec._flatten_channels_for_codec(values, lengths)
+    for stage in codec.encoder:
+        if isinstance(stage, ProjectedTransformer):
+            hidden = _transformer_whole(stage, hidden, lengths)
+        else:
+            hidden, lengths = stage(hidden, lengths)
+    _, codes, code_lengths = codec.quantizer(hidden.astype(mx.float32), lengths, n_vq)
+    mx.eval(codes, code_lengths)
+    return np.asarray(codes[:, 0, : int(code_lengths[0])].T, dtype=np.int32)
+
+
 def mono(audio: mx.array) -> np.ndarray:
     """Evaluated ``[samples, channels]`` audio → mono float32, checked finite."""
     samples = np.asarray(audio, dtype=np.float32).mean(axis=1, dtype=np.float32)
@@ -100,19 +118,22 @@ def _transformer_step(
     x = stage.input_proj(hidden.transpose(0, 2, 1))
     transformer = stage.transformer
     if transformer.positional_embedding in {"sin", "sin_rope"}:
-        x = x + transformer.positional_scale * _sinusoids(transformer, x, lengths, caches)
+        offsets = [cache[0].offset for cache in caches]
+        x = x + transformer.positional_scale * _sinusoids(transformer, x, lengths, offsets)
     for depth, layer in enumerate(transformer.layers):
         x = _layer_step(layer, x, lengths, [cache[depth] for cache in caches])
     return stage.output_proj(x).transpose(0, 2, 1)
 
 
-def _sinusoids(transformer, x: mx.array, lengths: list[int], caches) -> mx.array:
+def _sinusoids(
+    transformer, x: mx.array, lengths: list[int], offsets: list[int]
+) -> mx.array:
     """The sinusoidal position embedding of every step, each request counting
     from its own offset."""
     positions = mx.concatenate(
         [
-            mx.arange(cache[0].offset, cache[0].offset + length, dtype=x.dtype)
-            for length, cache in zip(lengths, caches, strict=True)
+            mx.arange(offset, offset + length, dtype=x.dtype)
+            for length, offset in zip(lengths, offsets, strict=True)
         ]
     )
     half = x.shape[-1] // 2
@@ -137,9 +158,63 @@ def _layer_step(
         axis=1,
     )
     x = x + layer.layer_scale_1(attention.out_proj(mixed))
+    return _feed_forward(layer, x)
+
+
+def _feed_forward(layer: TransformerLayer, x: mx.array) -> mx.array:
     inner = in_halves(_exact_gelu, -1, layer.ffn[0](layer.norm2(x)))
-    feed_forward = layer.ffn[2](inner)
-    return x + layer.layer_scale_2(feed_forward)
+    return x + layer.layer_scale_2(layer.ffn[2](inner))
+
+
+def _transformer_whole(
+    stage: ProjectedTransformer, hidden: mx.array, lengths: mx.array
+) -> mx.array:
+    """``stage(hidden, lengths)`` over a whole clip (``[1, channels, steps]``).
+    Its layers share one attention mask (mlx-audio builds the same one per
+    layer)."""
+    x = stage.input_proj(hidden.transpose(0, 2, 1))
+    transformer = stage.transformer
+    steps = x.shape[1]
+    if transformer.positional_embedding in {"sin", "sin_rope"}:
+        embedding = _sinusoids(transformer, x, [steps], [0])
+        x = x + transformer.positional_scale * embedding
+    mask = transformer.layers[0].self_attn._mask(lengths.astype(mx.int32), steps, x.dtype)
+    rows = mx.arange(steps, dtype=mx.int32)[None, None, :, None]
+    padding = rows >= lengths[:, None, None, None]
+    for layer in transformer.layers:
+        attention = layer.self_attn
+        qkv = attention.in_proj(layer.norm1(x))
+        attended = _attend_whole(attention, qkv, mask, padding)
+        x = x + layer.layer_scale_1(attention.out_proj(attended))
+        x = _feed_forward(layer, x)
+    return stage.output_proj(x).transpose(0, 2, 1)
+
+
+def _attend_whole(
+    attention: MultiheadAttention, qkv: mx.array, mask: mx.array, padding: mx.array
+) -> mx.array:
+    """Attention over a whole clip (``qkv``: ``[1, steps, 3 * width]``);
+    padding rows come out as zeros, as in mlx-audio."""
+    steps = qkv.shape[1]
+    heads, dim = attention.num_heads, attention.head_dim
+    parts = qkv.reshape(1, steps, 3, heads, dim)
+    queries, keys, values = (parts[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    if attention.use_rope:
+        queries, keys = _apply_rope(queries, keys, max_period=attention.max_period)
+    out = _attention_by_halves(queries, keys, values, dim**-0.5, mask)
+    out = mx.where(padding, mx.zeros((), dtype=out.dtype), out)
+    return out.transpose(0, 2, 1, 3).reshape(1, steps, heads * dim)
+
+
+def _attention_by_halves(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array
+) -> mx.array:
+    """Scaled dot-product attention, half of the heads on each thread."""
+
+    def attend(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+
+    return in_halves(attend, 1, queries, keys, values)
 
 
 def _attend(
@@ -168,15 +243,7 @@ def _attend(
         key_len=keys.shape[2],
         dtype=qkv.dtype,
     )
-    out = in_halves(  # split by head
-        lambda q, k, v: mx.fast.scaled_dot_product_attention(
-            q, k, v, scale=dim**-0.5, mask=mask
-        ),
-        1,
-        queries,
-        keys,
-        values,
-    )
+    out = _attention_by_halves(queries, keys, values, dim**-0.5, mask)
     cache.offset += steps
     kept = None if attention.context is None else attention.context - 1
     if kept is None:

@@ -33,7 +33,7 @@ from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import is_audio_path, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
-from .codec import DecoderState, samples_per_frame
+from .codec import DecoderState, encode, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .sampling import HeadSampler, KeySequence
@@ -212,12 +212,7 @@ class NanoService:
     def _reference_codes(self, reference: Reference) -> np.ndarray:
         if reference.codes is not None:
             return reference.codes
-        encoded = self._codec.encode_audio(
-            reference.samples,
-            sample_rate=self.sample_rate,
-            num_quantizers=self._model.config.n_vq,
-        )
-        codes = np.asarray(encoded, dtype=np.int32)
+        codes = encode(self._codec, reference.samples, self._model.config.n_vq)
         self._encodes += 1
         self._references.put(reference.key, codes, codes.nbytes)
         if reference.saved is not None:
