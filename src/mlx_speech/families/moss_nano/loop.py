@@ -194,23 +194,45 @@ def _forward_rows(
     for layer, block in enumerate(transformer.h):
         shape = settings(block)
         queries, keys, values = inputs_of(block, x, rotation, shape.heads, shape.eps)
-        mixed = []
-        for (start, end), cache, mask in zip(spans, caches, masks, strict=True):
-            history_keys, history_values = cache[layer].update_and_fetch(
-                keys[:, start:end].transpose(0, 2, 1, 3),
-                values[:, start:end].transpose(0, 2, 1, 3),
+        if len(spans) == 1:
+            attended = _attend(
+                caches[0][layer], queries, keys, values, scale=shape.scale, mask=masks[0]
             )
-            attended = mx.fast.scaled_dot_product_attention(
-                queries[:, start:end].transpose(0, 2, 1, 3),
-                history_keys,
-                history_values,
-                scale=shape.scale,
-                mask=mask,
+        else:
+            attended = mx.concatenate(
+                [
+                    _attend(
+                        cache[layer],
+                        *(part[:, start:end] for part in (queries, keys, values)),
+                        scale=shape.scale,
+                        mask=mask,
+                    )
+                    for (start, end), cache, mask in zip(spans, caches, masks, strict=True)
+                ],
+                axis=1,
             )
-            mixed.append(attended.transpose(0, 2, 1, 3).reshape(1, end - start, -1))
-        attended = mx.concatenate(mixed, axis=1)
         x = output_of(block, x, attended, shape.eps, shape.activation)
     return transformer.ln_f(x[0, mx.array([end - 1 for _, end in spans])])
+
+
+def _attend(
+    cache: BlockKVCache,
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    *,
+    scale: float,
+    mask: mx.array | None,
+) -> mx.array:
+    """One job's rows (``[1, rows, heads, head_dim]``) attending over its
+    cache, which they join → ``[1, rows, width]``."""
+    history_keys, history_values = cache.update_and_fetch(
+        keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+    )
+    attended = mx.fast.scaled_dot_product_attention(
+        queries.transpose(0, 2, 1, 3), history_keys, history_values, scale=scale, mask=mask
+    )
+    return attended.transpose(0, 2, 1, 3).reshape(1, queries.shape[1], -1)
 
 
 def _rotation(rotary, offsets: list[int], lengths: list[int]) -> tuple[mx.array, mx.array]:

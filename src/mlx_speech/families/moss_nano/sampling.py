@@ -46,18 +46,23 @@ def sample_rows(
         else:
             groups.setdefault(draw[0], []).append(row)
     for sampler, rows in groups.items():
-        part = logits if len(rows) == len(draws) else logits[mx.array(rows)]
-        if sampler.temperature == 0:
-            picked = mx.argmax(part, axis=-1).astype(mx.int32)
-            for position, row in enumerate(rows):
-                tokens[row] = picked[position : position + 1]
-            continue
-        scores = apply_top_k(part / float(sampler.temperature), sampler.top_k)
-        scores = apply_top_p(scores, sampler.top_p)
-        picked = categorical_rows(scores, [draws[row][1].next() for row in rows])
+        everyone = len(rows) == len(draws)
+        picked = _draw(logits if everyone else logits[mx.array(rows)], sampler, draws, rows)
+        if everyone:
+            return picked
         for position, row in enumerate(rows):
             tokens[row] = picked[position : position + 1]
     return mx.concatenate(tokens)
+
+
+def _draw(
+    part: mx.array, sampler: HeadSampler, draws: list, rows: list[int]
+) -> mx.array:
+    if sampler.temperature == 0:
+        return mx.argmax(part, axis=-1).astype(mx.int32)
+    scores = apply_top_k(part / float(sampler.temperature), sampler.top_k)
+    scores = apply_top_p(scores, sampler.top_p)
+    return categorical_rows(scores, [draws[row][1].next() for row in rows])
 
 
 def categorical_rows(scores: mx.array, keys: list[mx.array]) -> mx.array:
