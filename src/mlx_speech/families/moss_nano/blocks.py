@@ -5,9 +5,10 @@ A frame step pushes only a few rows through each block, so dispatching its
 many small operations one by one costs about as much as their arithmetic.
 Compiled, the layer norms, rotations, residual adds and activation run as a
 few fused kernels. The pieces do mlx-audio's operations in its order and
-precision, and MLX's CPU compiler does not contract multiply-adds, so results
-are bit for bit those of mlx-audio's modules (the parity tests hold them to
-that). Where no C++ compiler is found, MLX runs the same operations unfused.
+precision, and MLX's CPU compiler (``g++ -O3``, no ``-march``) does not
+contract multiply-adds, so on the CPU backend results are bit for bit those of
+mlx-audio's modules (the parity tests hold them to that). Where no C++
+compiler is found, MLX runs the same operations unfused.
 
 A block is passed as its module: MLX hands the compiled function its
 parameters as nested dicts.

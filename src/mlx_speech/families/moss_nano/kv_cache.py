@@ -13,8 +13,7 @@ BLOCK = 256
 
 
 class BlockKVCache:
-    def __init__(self, block: int = BLOCK):
-        self._block = block
+    def __init__(self):
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
         self.offset = 0
@@ -31,7 +30,7 @@ class BlockKVCache:
         return self.keys[..., :end, :], self.values[..., :end, :]
 
     def _grow(self, keys: mx.array, values: mx.array, needed: int) -> None:
-        size = -(-needed // self._block) * self._block
+        size = -(-needed // BLOCK) * BLOCK
         batch, heads, _, dim = keys.shape
         grown_keys = mx.zeros((batch, heads, size, dim), keys.dtype)
         grown_values = mx.zeros((batch, heads, size, values.shape[3]), values.dtype)
@@ -41,8 +40,8 @@ class BlockKVCache:
         self.keys, self.values = grown_keys, grown_values
 
 
-def block_caches(layers: int, block: int = BLOCK) -> list[BlockKVCache]:
-    return [BlockKVCache(block) for _ in range(layers)]
+def block_caches(layers: int) -> list[BlockKVCache]:
+    return [BlockKVCache() for _ in range(layers)]
 
 
 Snapshot = list[tuple[mx.array, mx.array]]
@@ -55,11 +54,11 @@ def snapshot(caches: list[BlockKVCache]) -> Snapshot:
     return taken
 
 
-def restore(taken: Snapshot, block: int = BLOCK) -> list[BlockKVCache]:
+def restore(taken: Snapshot) -> list[BlockKVCache]:
     """Caches that continue from a snapshot (which later writes leave untouched)."""
     caches = []
     for keys, values in taken:
-        cache = BlockKVCache(block)
+        cache = BlockKVCache()
         cache.keys, cache.values, cache.offset = keys, values, keys.shape[2]
         caches.append(cache)
     return caches
