@@ -1,0 +1,145 @@
+"""Where one MOSS-TTS-Nano frame's time goes, beside mlx-audio, in one process.
+
+    python bench/profile_frame.py CHECKPOINT [--repeats 3]
+
+Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
+``generate()`` of 60 frames minus 20, over 40); our frame step (one request,
+greedy, after 24 frames); the same matrix products alone, in the step's order
+and shapes (12 global layers, 17 local positions, 16 codebook heads and the
+text head: the floor the step cannot go under while MLX computes them with
+``sgemm``); and our codec decode per frame in 16-frame chunks. Prints the best
+of each and what share of mlx-audio's frame it is. On Linux it re-runs itself
+with the system OpenBLAS when one is installed (pass --reference-blas to keep
+the bundled reference BLAS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+TEXT = "Hello there, this is a benchmark of streaming speech on a local machine."
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--reference-blas", action="store_true")
+    return parser.parse_args()
+
+
+def _their_steady_ms(theirs) -> float:
+    def seconds(frames: int) -> float:
+        started = time.perf_counter()
+        next(theirs.generate(TEXT, mode="continuation", do_sample=False, max_tokens=frames))
+        return time.perf_counter() - started
+
+    short = seconds(20)
+    return (seconds(60) - short) / 40 * 1000
+
+
+def _our_step_ms(model, frames: int = 16):
+    """→ ms per frame step, and the frames it made."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.sampling import KeySequence
+    from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+
+    sampling = _frame_sampling(replace(DEFAULTS, temperature=0.0, max_new_tokens=10**6))
+    prompt, _ = model.build_inference_input_ids(
+        text=TEXT, tokenizer=model.tokenizer, mode="continuation"
+    )
+    job = FrameJob(model, prompt, sampling, KeySequence(0))
+    for _ in range(24):
+        step(model, [job])
+    mx.eval(job.frame)
+    made = []
+    started = time.perf_counter()
+    for _ in range(frames):
+        step(model, [job])
+        made.append(job.frame)
+    mx.eval(made)
+    return (time.perf_counter() - started) / frames * 1000, made
+
+
+def _products_alone_ms(model) -> float:
+    """The frame step's matrix products, chained as in the step."""
+    import mlx.core as mx
+
+    def linears(transformer):
+        return [
+            (block.attn.c_attn, block.attn.c_proj, block.mlp.fc_in, block.mlp.fc_out)
+            for block in transformer.h
+        ]
+
+    def through(layers, h, outputs):
+        for qkv, projection, inner, outer in layers:
+            outputs += [qkv(h), projection(h)]
+            h = outer(inner(h))
+            outputs.append(h)
+        return h
+
+    h = mx.random.normal((1, 1, model.config.gpt2_config.n_embd))
+    mx.eval(h)
+    started = time.perf_counter()
+    outputs: list = []
+    h = through(linears(model.transformer), h, outputs)
+    outputs.append(h[0] @ model.transformer.wte.weight[:2].T)  # the text head
+    local = linears(model.local_transformer)
+    for embedding in [*model.audio_embeddings, None]:
+        h = through(local, h, outputs)
+        if embedding is not None:
+            outputs.append(h[0] @ embedding.weight.T)
+    mx.eval(outputs)
+    return (time.perf_counter() - started) * 1000
+
+
+def _decode_ms_per_frame(codec, n_vq: int, frames) -> float:
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+
+    state = DecoderState(codec)
+    for _ in range(2):  # some history, as mid-utterance
+        mx.eval(decode_together(codec, n_vq, [(state, frames)]))
+    started = time.perf_counter()
+    mx.eval(decode_together(codec, n_vq, [(state, frames)]))
+    return (time.perf_counter() - started) / len(frames) * 1000
+
+
+def main() -> None:
+    args = _arguments()
+    if not args.reference_blas:
+        from mlx_speech.blas import use_fast_blas
+
+        use_fast_blas()
+    from mlx_audio.tts.utils import load_model
+
+    from mlx_speech.blas import active_blas
+    from mlx_speech.families.moss_nano.service import load
+
+    service = load(Path(args.checkpoint))
+    model, codec = service._model, service._codec
+    theirs = load_model(Path(args.checkpoint))
+    _their_steady_ms(theirs)  # warm-up
+    runs: dict[str, list[float]] = {}
+    for _ in range(args.repeats):
+        runs.setdefault("mlx-audio steady frame", []).append(_their_steady_ms(theirs))
+        step_ms, made = _our_step_ms(model)
+        runs.setdefault("our frame step", []).append(step_ms)
+        runs.setdefault("  its matrix products alone", []).append(_products_alone_ms(model))
+        decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
+        runs.setdefault("our codec decode per frame", []).append(decode_ms)
+    best = {name: min(values) for name, values in runs.items()}
+    theirs_ms = best["mlx-audio steady frame"]
+    print(f"checkpoint {args.checkpoint}; BLAS {active_blas()}; best of {args.repeats}")
+    for name, value in best.items():
+        print(f"{name:30} {value:7.1f} ms  {value / theirs_ms:5.2f} of mlx-audio's frame")
+
+
+if __name__ == "__main__":
+    main()
