@@ -207,7 +207,11 @@ def _attend_whole(
 
 
 def _attention_by_halves(
-    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    scale: float,
+    mask: mx.array | None,
 ) -> mx.array:
     """Scaled dot-product attention, half of the heads on each thread."""
 
