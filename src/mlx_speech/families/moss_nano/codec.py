@@ -195,15 +195,29 @@ def _attend_whole(
 ) -> mx.array:
     """Attention over a whole clip (``qkv``: ``[1, steps, 3 * width]``);
     padding rows come out as zeros, as in mlx-audio."""
-    steps = qkv.shape[1]
-    heads, dim = attention.num_heads, attention.head_dim
-    parts = qkv.reshape(1, steps, 3, heads, dim)
+    queries, keys, values = _heads(attention, qkv, offset=0)
+    out = _attention_by_halves(queries, keys, values, attention.head_dim**-0.5, mask)
+    return _merged(mx.where(padding, mx.zeros((), dtype=out.dtype), out))
+
+
+def _heads(
+    attention: MultiheadAttention, qkv: mx.array, offset: int
+) -> tuple[mx.array, mx.array, mx.array]:
+    """``[1, steps, 3 * width]`` → queries, keys, values as ``[1, heads, steps,
+    head_dim]``; queries and keys rotated from position ``offset`` when the
+    attention uses RoPE."""
+    parts = qkv.reshape(1, qkv.shape[1], 3, attention.num_heads, attention.head_dim)
     queries, keys, values = (parts[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
     if attention.use_rope:
-        queries, keys = _apply_rope(queries, keys, max_period=attention.max_period)
-    out = _attention_by_halves(queries, keys, values, dim**-0.5, mask)
-    out = mx.where(padding, mx.zeros((), dtype=out.dtype), out)
-    return out.transpose(0, 2, 1, 3).reshape(1, steps, heads * dim)
+        queries, keys = _apply_rope(
+            queries, keys, max_period=attention.max_period, offset=offset
+        )
+    return queries, keys, values
+
+
+def _merged(out: mx.array) -> mx.array:
+    """``[1, heads, steps, head_dim]`` → ``[1, steps, width]``."""
+    return out.transpose(0, 2, 1, 3).reshape(1, out.shape[2], -1)
 
 
 def _attention_by_halves(
@@ -228,13 +242,7 @@ def _attend(
     (``qkv``: ``[1, steps, 3 * width]``); its history moves forward, keeping
     the last ``context - 1`` steps when the attention has a window."""
     steps = qkv.shape[1]
-    heads, dim = attention.num_heads, attention.head_dim
-    parts = qkv.reshape(1, steps, 3, heads, dim)
-    queries, keys, values = (parts[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
-    if attention.use_rope:
-        queries, keys = _apply_rope(
-            queries, keys, max_period=attention.max_period, offset=cache.offset
-        )
+    queries, keys, values = _heads(attention, qkv, offset=cache.offset)
     first_key = cache.offset
     if cache.keys is not None:
         first_key -= cache.keys.shape[2]
@@ -247,7 +255,7 @@ def _attend(
         key_len=keys.shape[2],
         dtype=qkv.dtype,
     )
-    out = _attention_by_halves(queries, keys, values, dim**-0.5, mask)
+    out = _attention_by_halves(queries, keys, values, attention.head_dim**-0.5, mask)
     cache.offset += steps
     kept = None if attention.context is None else attention.context - 1
     if kept is None:
@@ -256,4 +264,4 @@ def _attend(
         cache.keys = cache.values = None
     else:
         cache.keys, cache.values = keys[:, :, -kept:], values[:, :, -kept:]
-    return out.transpose(0, 2, 1, 3).reshape(1, steps, heads * dim)
+    return _merged(out)
