@@ -10,7 +10,8 @@ total time, real-time factor, peak MLX memory, the BLAS in use and the ratios.
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
-pass --reference-blas to measure the bundled reference BLAS instead.
+pass --reference-blas to measure the bundled reference BLAS instead, and set
+MLX_SPEECH_EXACT=1 to measure our reference mode (no sgemv products).
 """
 
 from __future__ import annotations
@@ -121,10 +122,13 @@ def main() -> None:
 
     import mlx_speech
     from mlx_speech.blas import active_blas
+    from mlx_speech.engine import shared_engine
+    from mlx_speech.families.moss_nano.row_products import row_products
 
     blas = active_blas()
     tts = mlx_speech.load(args.checkpoint)
     theirs = load_model(Path(args.checkpoint))
+    fast = shared_engine().call(lambda: row_products(theirs)) is not None
     clip = _reference_clip(args.reference_seconds)
     frames, rate = args.frames, tts.sample_rate
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
@@ -154,6 +158,7 @@ def main() -> None:
     results = {
         "checkpoint": args.checkpoint,
         "blas": blas,
+        "lone_request_products": "sgemv (fast)" if fast else "MLX (reference mode)",
         "frames": frames,
         "repeats": args.repeats,
         "audio_seconds": round(audio_seconds, 3),
@@ -193,8 +198,9 @@ def main() -> None:
 def _print_table(r: dict) -> None:
     theirs, stream, buffered = r["mlx_audio"], r["ours_stream"], r["ours_buffered"]
     print(
-        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; {r['frames']} frames "
-        f"= {r['audio_seconds']} s of audio; greedy; cloning a new reference"
+        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; our lone request's products: "
+        f"{r['lone_request_products']}; {r['frames']} frames = {r['audio_seconds']} s "
+        "of audio; greedy; cloning a new reference"
     )
     rows = [
         (

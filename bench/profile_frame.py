@@ -4,7 +4,8 @@
 
 Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
 ``generate()`` of 60 frames minus 20, over 40); our frame step (one request,
-greedy, after 24 frames); the same matrix products alone, in the step's order
+greedy, after 24 frames) in the reference mode and, where OpenBLAS is loaded,
+with its products through sgemv; MLX's matrix products alone, in the step's order
 and shapes (12 global layers, 17 local positions, 16 codebook heads and the
 text head: the floor the step cannot go under while MLX computes them with
 ``sgemm``); and our codec decode per frame in 16-frame chunks. Prints the best
@@ -41,8 +42,9 @@ def _their_steady_ms(theirs) -> float:
     return (seconds(60) - short) / 40 * 1000
 
 
-def _our_step_ms(model, frames: int = 16):
-    """→ ms per frame step, and the frames it made."""
+def _our_step_ms(model, products=None, frames: int = 16):
+    """→ ms per frame step (the lone request's products through ``products``
+    when given), and the frames it made."""
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.loop import FrameJob, step
@@ -55,12 +57,12 @@ def _our_step_ms(model, frames: int = 16):
     )
     job = FrameJob(model, prompt, sampling, KeySequence(0))
     for _ in range(24):
-        step(model, [job])
+        step(model, [job], products)
     mx.eval(job.frame)
     made = []
     started = time.perf_counter()
     for _ in range(frames):
-        step(model, [job])
+        step(model, [job], products)
         made.append(job.frame)
     mx.eval(made)
     return (time.perf_counter() - started) / frames * 1000, made
@@ -120,17 +122,23 @@ def main() -> None:
     from mlx_audio.tts.utils import load_model
 
     from mlx_speech.blas import active_blas
+    from mlx_speech.families.moss_nano.row_products import row_products
     from mlx_speech.families.moss_nano.service import load
 
     service = load(Path(args.checkpoint))
     model, codec = service._model, service._codec
+    products = row_products(model)
     theirs = load_model(Path(args.checkpoint))
     _their_steady_ms(theirs)  # warm-up
     runs: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         runs.setdefault("mlx-audio steady frame", []).append(_their_steady_ms(theirs))
         step_ms, made = _our_step_ms(model)
-        runs.setdefault("our frame step", []).append(step_ms)
+        runs.setdefault("our frame step, reference mode", []).append(step_ms)
+        if products is not None:
+            runs.setdefault("our frame step, sgemv products", []).append(
+                _our_step_ms(model, products)[0]
+            )
         runs.setdefault("  its matrix products alone", []).append(_products_alone_ms(model))
         decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
         runs.setdefault("our codec decode per frame", []).append(decode_ms)

@@ -36,10 +36,21 @@ def use_fast_blas() -> None:
 def active_blas() -> str:
     if sys.platform == "darwin":
         return "Accelerate"
+    if not Path("/proc/self/maps").exists():
+        return "unknown"
+    if loaded_openblas() is not None:
+        return "OpenBLAS"
+    return "reference BLAS (mlx-cpu wheel; install libopenblas0-pthread for ~20x faster)"
+
+
+def loaded_openblas() -> str | None:
+    """The path of the OpenBLAS library this process has loaded, if any (Linux)."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return "unknown"
-    if "libopenblas" in maps:
-        return "OpenBLAS"
-    return "reference BLAS (mlx-cpu wheel; install libopenblas0-pthread for ~20x faster)"
+        return None
+    for line in maps.splitlines():
+        path = line.split(maxsplit=5)[-1]
+        if "/libopenblas" in path:
+            return path
+    return None

@@ -17,6 +17,7 @@ from ...audio import Audio
 from ...engine.batching import Later
 from .codec import DecoderState, decode_together, mono
 from .loop import FrameJob, step
+from .row_products import RowProducts
 
 # Measured on the full-size codec (OpenBLAS, 2 cores), 8 requests: 1 frame each
 # 182 → 97 ms decoded together, 2 each 196 → 128, 4 each 393 → 263, 8 each no gain.
@@ -24,8 +25,9 @@ FRAMES_PER_DECODE = 16
 
 
 class FrameBatch:
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, row_products: RowProducts | None = None):
         self._model = model
+        self._row_products = row_products
         self._waiting: list[FrameJob] = []
 
     def submit(self, job: FrameJob) -> None:
@@ -36,7 +38,7 @@ class FrameBatch:
         sizes = []
         for group in _groups(waiting, max_batch):
             try:
-                step(self._model, group)
+                step(self._model, group, self._row_products)
             except Exception as error:  # noqa: BLE001 - each job's reader gets it
                 for job in group:
                     job.failure = error

@@ -16,6 +16,7 @@ parameters as nested dicts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -23,6 +24,14 @@ import mlx.nn as nn
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new, rotate_half
 
 Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows, heads, dim]
+
+
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
+    """``x @ weight.T`` (plus ``bias``), as mlx-audio's ``nn.Linear`` computes it."""
+    return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+
+
+Product = Callable[[mx.array, mx.array, mx.array | None], mx.array]
 
 
 class BlockSettings(NamedTuple):
@@ -43,14 +52,25 @@ def settings(block) -> BlockSettings:
 
 
 def attention_inputs(
-    block, x: mx.array, rotation: Rotation | None, heads: int, eps: float
+    block,
+    x: mx.array,
+    rotation: Rotation | None,
+    heads: int,
+    eps: float,
+    product: Product = linear,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """``ln_1`` and ``c_attn`` of ``x`` (``[batch, rows, width]``) → queries,
     keys, values as ``[batch, rows, heads, head_dim]``, queries and keys
     rotated when the block uses RoPE."""
     normed = mx.fast.layer_norm(x, block["ln_1"]["weight"], block["ln_1"]["bias"], eps)
-    qkv = _linear(block["attn"]["c_attn"], normed)
-    batch, rows = x.shape[:2]
+    qkv = _apply(product, block["attn"]["c_attn"], normed)
+    return _glue(product, _split_heads)(qkv, rotation, heads)
+
+
+def _split_heads(
+    qkv: mx.array, rotation: Rotation | None, heads: int
+) -> tuple[mx.array, mx.array, mx.array]:
+    batch, rows = qkv.shape[:2]
     queries, keys, values = (
         part.reshape(batch, rows, heads, -1) for part in mx.split(qkv, 3, axis=-1)
     )
@@ -62,15 +82,28 @@ def attention_inputs(
 
 
 def block_output(
-    block, x: mx.array, attended: mx.array, eps: float, activation: str
+    block,
+    x: mx.array,
+    attended: mx.array,
+    eps: float,
+    activation: str,
+    product: Product = linear,
 ) -> mx.array:
     """The rest of the block after attention (``attended``: ``[batch, rows,
     width]``): ``c_proj`` and the residual, then ``ln_2``, the MLP and its
     residual."""
-    x = x + _linear(block["attn"]["c_proj"], attended)
-    normed = mx.fast.layer_norm(x, block["ln_2"]["weight"], block["ln_2"]["bias"], eps)
-    inner = _activate(_linear(block["mlp"]["fc_in"], normed), activation)
-    return x + _linear(block["mlp"]["fc_out"], inner)
+    projected = _apply(product, block["attn"]["c_proj"], attended)
+    x, normed = _glue(product, _add_and_norm)(x, projected, block["ln_2"], eps)
+    inner = _apply(product, block["mlp"]["fc_in"], normed)
+    inner = _glue(product, _activate)(inner, activation)
+    return x + _apply(product, block["mlp"]["fc_out"], inner)
+
+
+def _add_and_norm(
+    x: mx.array, delta: mx.array, norm, eps: float
+) -> tuple[mx.array, mx.array]:
+    x = x + delta
+    return x, mx.fast.layer_norm(x, norm["weight"], norm["bias"], eps)
 
 
 def local_step(
@@ -80,6 +113,7 @@ def local_step(
     rotations: Rotation | None,
     blocks: tuple[BlockSettings, ...],
     final_eps: float,
+    product: Product = linear,
 ) -> tuple[mx.array, list[tuple[mx.array, mx.array]]]:
     """The next position of a short transformer for ``batch`` sequences side
     by side (``x``: ``[batch, 1, width]``) → ``ln_f`` of its output, and the
@@ -98,21 +132,34 @@ def local_step(
     grown = []
     for layer, (block, shape) in enumerate(zip(transformer["h"], blocks, strict=True)):
         heads, scale, eps, activation = shape
-        queries, keys, values = (
-            part.transpose(0, 2, 1, 3)
-            for part in attention_inputs(block, x, rotation, heads, eps)
+        queries, keys, values = attention_inputs(block, x, rotation, heads, eps, product)
+        history = caches[layer] if caches else None
+        attended, kept = _glue(product, _attend_position)(
+            queries, keys, values, history, scale
         )
-        if caches:
-            keys = mx.concatenate([caches[layer][0], keys], axis=2)
-            values = mx.concatenate([caches[layer][1], values], axis=2)
-        grown.append((keys, values))
-        attended = mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=scale
-        )
-        attended = attended.transpose(0, 2, 1, 3).reshape(x.shape)
-        x = block_output(block, x, attended, eps, activation)
+        grown.append(kept)
+        x = block_output(block, x, attended, eps, activation, product)
     ln_f = transformer["ln_f"]
     return mx.fast.layer_norm(x, ln_f["weight"], ln_f["bias"], final_eps), grown
+
+
+def _attend_position(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    history: tuple[mx.array, mx.array] | None,
+    scale: float,
+) -> tuple[mx.array, tuple[mx.array, mx.array]]:
+    """One position's queries, keys and values (``[batch, 1, heads,
+    head_dim]``) with the keys and values before it → the attended rows
+    (``[batch, 1, width]``) and the keys and values so far."""
+    queries, keys, values = (part.transpose(0, 2, 1, 3) for part in (queries, keys, values))
+    if history is not None:
+        keys = mx.concatenate([history[0], keys], axis=2)
+        values = mx.concatenate([history[1], values], axis=2)
+    attended = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale)
+    batch, heads, rows, size = attended.shape
+    return attended.transpose(0, 2, 1, 3).reshape(batch, rows, heads * size), (keys, values)
 
 
 attention_inputs_compiled = mx.compile(attention_inputs)
@@ -120,10 +167,15 @@ block_output_compiled = mx.compile(block_output)
 local_step_compiled = mx.compile(local_step)
 
 
-def _linear(layer, x: mx.array) -> mx.array:
-    if "bias" in layer:
-        return mx.addmm(layer["bias"], x, layer["weight"].T)
-    return x @ layer["weight"].T
+def _apply(product: Product, layer, x: mx.array) -> mx.array:
+    return product(x, layer["weight"], layer.get("bias"))
+
+
+def _glue(product: Product, piece: Callable) -> Callable:
+    """``piece`` (the work between two products) as is while the products are
+    MLX's, traced with the rest of a compiled step; compiled on its own when
+    they run outside MLX's graph, each piece then being a graph of its own."""
+    return piece if product is linear else _COMPILED_GLUE[piece]
 
 
 def _activate(x: mx.array, name: str) -> mx.array:
@@ -132,3 +184,9 @@ def _activate(x: mx.array, name: str) -> mx.array:
     if name == "silu":
         return nn.silu(x)
     return nn.gelu(x)
+
+
+_COMPILED_GLUE = {
+    piece: mx.compile(piece)
+    for piece in (_split_heads, _add_and_norm, _activate, _attend_position)
+}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
@@ -26,10 +27,13 @@ from .blocks import (
     attention_inputs_compiled,
     block_output,
     block_output_compiled,
+    linear,
+    local_step,
     local_step_compiled,
     settings,
 )
 from .kv_cache import BlockKVCache, block_caches
+from .row_products import RowProducts
 from .sampling import (
     HeadSampler,
     KeySequence,
@@ -111,12 +115,17 @@ class FrameJob:
         self.inputs = next_input
 
 
-def step(model: Model, jobs: list[FrameJob]) -> None:
-    """One frame for each job (none of them done)."""
+def step(
+    model: Model, jobs: list[FrameJob], row_products: RowProducts | None = None
+) -> None:
+    """One frame for each job (none of them done). A job stepped alone runs
+    its matrix products through ``row_products`` when given."""
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
-    hidden = _global_hidden(model, jobs)
-    local = _LocalPass(model.local_transformer, positions=config.n_vq + 1)
+    lone = row_products if len(jobs) == 1 else None
+    hidden = _global_hidden(model, jobs, lone)
+    local = _LocalPass(model.local_transformer, positions=config.n_vq + 1, product=lone)
+    head = lone or linear
     going = _going_on(model, jobs, local(hidden))
     for index, job in enumerate(jobs):
         job.frame = None
@@ -127,7 +136,7 @@ def step(model: Model, jobs: list[FrameJob]) -> None:
     seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
-        logits = local(previous) @ embedding.weight.T
+        logits = head(local(previous), embedding.weight)
         code = _sample_codes(jobs, going, seen[:, channel], logits)
         codes.append(code)
         previous = embedding(code)
@@ -139,7 +148,9 @@ def step(model: Model, jobs: list[FrameJob]) -> None:
             job.finish_frame(frames[index], next_inputs[index : index + 1])
 
 
-def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
+def _global_hidden(
+    model: Model, jobs: list[FrameJob], row_products: RowProducts | None
+) -> mx.array:
     """The global transformer's last hidden state per job, ``[jobs, width]``.
 
     Jobs on their next frame (one row each) run in one forward; jobs still on
@@ -154,14 +165,18 @@ def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
             continue
         inputs = [jobs[index].inputs for index in group]
         caches = [jobs[index].cache for index in group]
-        last = _forward_rows(model.transformer, inputs, caches)
+        product = row_products if group is single_rows else None
+        last = _forward_rows(model.transformer, inputs, caches, product)
         for position, index in enumerate(group):
             hidden[index] = last[position]
     return mx.stack(hidden)
 
 
 def _forward_rows(
-    transformer, inputs: list[mx.array], caches: list[list[BlockKVCache]]
+    transformer,
+    inputs: list[mx.array],
+    caches: list[list[BlockKVCache]],
+    row_products: RowProducts | None = None,
 ) -> mx.array:
     """mlx-audio's GPT-2 forward for several jobs' new rows (``[1, rows,
     width]`` each), laid end to end → each job's last hidden state.
@@ -171,7 +186,8 @@ def _forward_rows(
     computes it for that job alone. One row per job is the frame step: its
     row-wise parts run compiled (their shapes repeat every frame), and its
     attention needs no mask (one query sees every key). Prompts of any length
-    run uncompiled, so they leave no compiled variants behind.
+    run uncompiled, so they leave no compiled variants behind, as does a lone
+    row whose products go through ``row_products``.
     """
     lengths = [rows.shape[1] for rows in inputs]
     offsets = [cache[0].offset for cache in caches]
@@ -181,8 +197,13 @@ def _forward_rows(
         positions = [mx.arange(o, o + n) for o, n in zip(offsets, lengths, strict=True)]
         x = x + transformer.wpe(mx.concatenate(positions))
     single_rows = all(n == 1 for n in lengths)
-    inputs_of = attention_inputs_compiled if single_rows else attention_inputs
-    output_of = block_output_compiled if single_rows else block_output
+    if row_products is not None:
+        inputs_of = partial(attention_inputs, product=row_products)
+        output_of = partial(block_output, product=row_products)
+    elif single_rows:
+        inputs_of, output_of = attention_inputs_compiled, block_output_compiled
+    else:
+        inputs_of, output_of = attention_inputs, block_output
     first = transformer.h[0].attn
     rotation = None
     if first.rotary_emb is not None:
@@ -258,8 +279,9 @@ class _LocalPass:
     """The local transformer over one frame, a position per call, for all
     jobs side by side."""
 
-    def __init__(self, transformer, positions: int):
+    def __init__(self, transformer, positions: int, product: RowProducts | None = None):
         self._transformer = transformer
+        self._product = product
         self._blocks = tuple(settings(block) for block in transformer.h)
         rotary = transformer.h[0].attn.rotary_emb
         self._rotations = None if rotary is None else _rotation(rotary, [0], [positions])
@@ -271,7 +293,7 @@ class _LocalPass:
         x = rows[:, None, :]
         if self._transformer.wpe is not None:
             x = x + self._transformer.wpe(mx.array([self._position]))
-        hidden, self._caches = local_step_compiled(
+        arguments = (
             self._transformer,
             x,
             self._caches,
@@ -279,6 +301,10 @@ class _LocalPass:
             self._blocks,
             self._transformer.ln_f.eps,
         )
+        if self._product is None:
+            hidden, self._caches = local_step_compiled(*arguments)
+        else:
+            hidden, self._caches = local_step(*arguments, product=self._product)
         self._position += 1
         return hidden[:, -1, :]
 
@@ -328,12 +354,14 @@ def frames(
         yield job.frame
 
 
-def warm_up(model: Model, sampling: FrameSampling) -> None:
+def warm_up(
+    model: Model, sampling: FrameSampling, row_products: RowProducts | None = None
+) -> None:
     """Steps a short prompt alone, then two together, with ``sampling`` (the
-    requests' default): the first use of the compiled parts on a machine
-    builds their kernels (seconds, once; MLX keeps them on disk), and one job
-    alone and several together use different ones. Done at load, so no
-    request waits for it."""
+    requests' default) and ``row_products`` (as the requests will be): the
+    first use of the compiled parts on a machine builds their kernels
+    (seconds, once; MLX keeps them on disk), and one job alone and several
+    together use different ones. Done at load, so no request waits for it."""
     prompt, _ = model.build_inference_input_ids(
         text="Hello.", tokenizer=model.tokenizer, mode="continuation"
     )
@@ -341,5 +369,5 @@ def warm_up(model: Model, sampling: FrameSampling) -> None:
     for group in ([first], [first], [second], [first, second]):
         live = [job for job in group if not job.done]
         if live:
-            step(model, live)
+            step(model, live, row_products)
     mx.eval([job.frame for job in (first, second) if job.frame is not None])

@@ -36,6 +36,7 @@ from .batch import CodecBatch, FrameBatch
 from .codec import DecoderState, encode, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
+from .row_products import RowProducts, row_products
 from .sampling import HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"
@@ -73,10 +74,16 @@ class NanoService:
     voices: tuple[str, ...] = ()
     streaming = "incremental"
 
-    def __init__(self, model: Model, codec: MossAudioTokenizer, codec_id: str):
+    def __init__(
+        self,
+        model: Model,
+        codec: MossAudioTokenizer,
+        codec_id: str,
+        row_products: RowProducts | None = None,
+    ):
         self._model = model
         self._codec = codec
-        self._batch = FrameBatch(model)
+        self._batch = FrameBatch(model, row_products)
         self._decodes = CodecBatch(codec, model.config.n_vq)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
@@ -276,8 +283,9 @@ def load(model_dir: Path) -> NanoService:
             f"fetching {fallback or 'the default codec'} failed ({error})"
         ) from error
     model.audio_tokenizer = codec
-    warm_up(model, _frame_sampling(DEFAULTS))
-    return NanoService(model, codec, _codec_id(codec))
+    products = row_products(model)
+    warm_up(model, _frame_sampling(DEFAULTS), products)
+    return NanoService(model, codec, _codec_id(codec), products)
 
 
 def _codec_id(codec: MossAudioTokenizer) -> str:

@@ -1,0 +1,109 @@
+"""How often a lone request's fast products (OpenBLAS sgemv) change its codes.
+
+    python bench/check_fast_products.py CHECKPOINT [--requests 20] [--frames 60]
+
+Each request (English and Chinese sentences, half greedy, half sampled with a
+seed) runs alone twice on the worker: in the reference mode (every product
+through MLX, as mlx-audio computes it) and with the fast single-row products.
+It counts the requests whose codes differ, the frame where each first
+differs, and the frames compared. Needs the system OpenBLAS (it re-runs
+itself with it preloaded); the fast products exist only there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Streaming speech lets a listener start before the sentence is finished.",
+    "Please confirm the meeting for Thursday at half past ten.",
+    "A local server gives a chat model a voice without leaving the laptop.",
+    "今天天气很好，我们去公园散步吧。",
+    "你好，欢迎使用本地语音合成服务。",
+    "请在下午三点之前把报告发给我。",
+]
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--frames", type=int, default=60)
+    return parser.parse_args()
+
+
+def _codes(model, request, products) -> list[list[int]]:
+    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.sampling import KeySequence
+
+    text, sampling, seed = request
+    prompt, _ = model.build_inference_input_ids(
+        text=text, tokenizer=model.tokenizer, mode="continuation"
+    )
+    job = FrameJob(model, prompt, sampling, KeySequence(seed))
+    codes = []
+    while not job.done:
+        step(model, [job], products)
+        if not job.stopped:
+            codes.append(job.frame.tolist())
+    return codes
+
+
+def _first_difference(a: list, b: list) -> int | None:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def main() -> None:
+    args = _arguments()
+    from mlx_speech.blas import use_fast_blas
+
+    use_fast_blas()
+    import mlx_speech
+    from mlx_speech.blas import active_blas
+    from mlx_speech.engine import shared_engine
+    from mlx_speech.families.moss_nano.row_products import row_products
+    from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+
+    tts = mlx_speech.load(args.checkpoint)
+    model = tts._service._model
+    products = shared_engine().call(lambda: row_products(model))
+    if products is None:
+        raise SystemExit("no fast products here: they need Linux's CPU and OpenBLAS")
+    differing = []
+    frames = 0
+    for index in range(args.requests):
+        greedy = index % 2 == 0
+        options = replace(DEFAULTS, max_new_tokens=args.frames)
+        if greedy:
+            options = replace(options, temperature=0.0)
+        text = SENTENCES[index % len(SENTENCES)]
+        request = (text, _frame_sampling(options), 2000 + index)
+        exact = shared_engine().call(lambda r=request: _codes(model, r, None))
+        fast = shared_engine().call(lambda r=request: _codes(model, r, products))
+        frames += len(exact)
+        first = _first_difference(exact, fast)
+        if first is not None:
+            differing.append({"request": index, "greedy": greedy, "first_frame": first})
+    print(
+        json.dumps(
+            {
+                "blas": active_blas(),
+                "requests": args.requests,
+                "frames_compared": frames,
+                "requests_with_different_codes": len(differing),
+                "greedy_requests_with_different_codes": sum(d["greedy"] for d in differing),
+                "differences": differing,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
