@@ -128,7 +128,7 @@ def main() -> None:
     blas = active_blas()
     tts = mlx_speech.load(args.checkpoint)
     theirs = load_model(Path(args.checkpoint))
-    fast = shared_engine().call(lambda: row_products(theirs)) is not None
+    fast = shared_engine().call(lambda: row_products(theirs) is not None)
     clip = _reference_clip(args.reference_seconds)
     frames, rate = args.frames, tts.sample_rate
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)

@@ -12,6 +12,10 @@ compiler is found, MLX runs the same operations unfused.
 
 A block is passed as its module: MLX hands the compiled function its
 parameters as nested dicts.
+
+Every matrix product goes through ``product``: MLX's (``linear``) by default,
+or one computed outside MLX's graph (``row_products``), in which case the
+work between two products runs as small compiled functions of its own.
 """
 
 from __future__ import annotations
