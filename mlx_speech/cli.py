@@ -164,7 +164,6 @@ def _serve(args: argparse.Namespace) -> None:
         max_batch=args.max_batch,
         max_input_chars=args.max_input_chars,
         max_ref_bytes=args.max_ref_bytes,
-        max_body_bytes=args.max_ref_bytes * 4 // 3 + 1024 * 1024,
         stream_idle_timeout=args.stream_idle_timeout,
         voices_dir=Path(args.voices_dir) if args.voices_dir else None,
         allowed_local_media_path=(

@@ -44,8 +44,7 @@ class SpeechRequest:
     voice: Any  # None (the model's own voice), a preset name, a saved voice, or clip bytes
     response_format: str
     sample_rate: int | None
-    stream: bool
-    sse: bool
+    delivery: str  # "audio" (streamed file), "sse" (streamed events) or "buffered"
     options: dict[str, Any] = field(
         default_factory=dict
     )  # ref_text, instructions, sampling…
@@ -182,7 +181,7 @@ def _speed(body: dict) -> None:
         raise _bad("speed", "speed other than 1.0 is not supported yet")
 
 
-def _streaming(body: dict) -> tuple[bool, bool]:
+def _delivery(body: dict) -> str:
     stream = body.get("stream", True)
     if stream is None:
         stream = True
@@ -196,7 +195,7 @@ def _streaming(body: dict) -> tuple[bool, bool]:
         )
     if stream_format == "sse" and not stream:
         raise _bad("stream_format", "stream_format 'sse' needs stream to be true")
-    return stream, stream_format == "sse"
+    return stream_format if stream else "buffered"
 
 
 def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
@@ -209,11 +208,11 @@ def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
     response_format = _format(body)
     sample_rate = _sample_rate(body, response_format)
     _speed(body)
-    stream, sse = _streaming(body)
+    delivery = _delivery(body)
     options = {
         "ref_text": ref_text,
         "instructions": _optional_string(body, "instructions"),
         "language": _optional_string(body, "language"),
         **{name: body.get(name) for name in SAMPLING_FIELDS},
     }
-    return SpeechRequest(text, voice, response_format, sample_rate, stream, sse, options)
+    return SpeechRequest(text, voice, response_format, sample_rate, delivery, options)

@@ -1,0 +1,38 @@
+"""The API-key guard: ASGI middleware in front of the whole app."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+
+from .errors import ApiError
+from .metrics import Metrics
+
+OPEN_PATHS = ("/health",)
+
+
+class ApiKeyGuard:
+    """Every route but /health needs ``Authorization: Bearer KEY`` or ``x-api-key``."""
+
+    def __init__(self, app: Callable, api_key: str, metrics: Metrics):
+        self._app = app
+        self._key = api_key.encode()
+        self._metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(scope):
+            await self._app(scope, receive, send)
+            return
+        self._metrics.response(401)
+        error = ApiError(
+            401, "a valid API key is required", headers={"www-authenticate": "Bearer"}
+        )
+        await error.response()(scope, receive, send)
+
+    def _allowed(self, scope: dict) -> bool:
+        headers = dict(scope["headers"])
+        offered = headers.get(b"x-api-key", b"")
+        authorization = headers.get(b"authorization", b"")
+        if authorization[:7].lower() == b"bearer ":
+            offered = authorization[7:].strip()
+        return hmac.compare_digest(offered, self._key)

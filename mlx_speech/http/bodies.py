@@ -1,0 +1,81 @@
+"""Reading request bodies within their size limits: JSON, and voice uploads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
+from starlette.requests import Request
+
+from .errors import ApiError
+
+_MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers beside the clip
+
+
+@dataclass(frozen=True)
+class VoiceUpload:
+    name: str
+    clip: bytes
+    ref_text: str | None
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _declared_length(request: Request) -> int | None:
+    declared = request.headers.get("content-length")
+    return int(declared) if declared and declared.isdigit() else None
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    if _content_type(request) != "application/json":
+        raise ApiError(415, "send the request as JSON (Content-Type: application/json)")
+    too_large = ApiError(413, f"the request body is larger than {limit} bytes")
+    declared = _declared_length(request)
+    if declared is not None and declared > limit:
+        raise too_large
+    body = bytearray()
+    async for part in request.stream():
+        body.extend(part)
+        if len(body) > limit:
+            raise too_large
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ApiError(
+            400, f"the request body is not valid JSON: {error}", param="body"
+        ) from None
+
+
+async def read_voice_upload(request: Request, max_clip_bytes: int) -> VoiceUpload:
+    """``multipart/form-data`` with ``name``, ``audio_sample`` (a file) and
+    optionally ``ref_text``."""
+    if _content_type(request) != "multipart/form-data":
+        raise ApiError(415, "upload voices as multipart/form-data")
+    too_large = ApiError(
+        413, f"the clip is larger than {max_clip_bytes} bytes", param="audio_sample"
+    )
+    declared = _declared_length(request)
+    if declared is not None and declared > max_clip_bytes + _MULTIPART_OVERHEAD:
+        raise too_large
+    try:
+        form = await request.form(max_files=1, max_fields=8, max_part_size=max_clip_bytes)
+    except MultiPartException as error:
+        raise ApiError(400, f"bad multipart body: {error.message}") from None
+    upload = form.get("audio_sample")
+    if not isinstance(upload, UploadFile):
+        raise ApiError(400, "audio_sample (a file) is required", param="audio_sample")
+    clip = await upload.read(max_clip_bytes + 1)
+    if len(clip) > max_clip_bytes:
+        raise too_large
+    name = form.get("name")
+    if not isinstance(name, str):
+        raise ApiError(400, "name is required", param="name")
+    ref_text = form.get("ref_text")
+    if ref_text is not None and not isinstance(ref_text, str):
+        raise ApiError(400, "ref_text must be text", param="ref_text")
+    return VoiceUpload(name, clip, ref_text)

@@ -1,0 +1,30 @@
+"""``ServerSettings``: every setting of ``mlx-speech serve`` with its default,
+in one place; the CLI's flags and their help text read them from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine import DEFAULT_MAX_BATCH
+
+_ONE_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model: str
+    api_key: str | None = None
+    max_queue: int = 16  # requests waiting for the model; more get 429
+    max_batch: int = DEFAULT_MAX_BATCH  # requests stepped together per forward
+    max_input_chars: int = 4096
+    max_ref_bytes: int = 20 * _ONE_MIB
+    stream_idle_timeout: float = 30.0
+    retry_after_seconds: int = 2
+    voices_dir: Path | None = None  # None: the per-user default
+    allowed_local_media_path: Path | None = None  # None: file:// refused
+
+    @property
+    def max_body_bytes(self) -> int:
+        """A JSON body may carry the largest clip base64-encoded, plus 1 MiB."""
+        return self.max_ref_bytes * 4 // 3 + _ONE_MIB
