@@ -30,11 +30,13 @@ __all__ = [
 ]
 
 
-def load(model: str | Path = DEFAULT_MODEL, voices_dir: str | Path | None = None) -> TTS:
+def load(
+    model: str | Path = DEFAULT_MODEL, voices_dir: str | Path | VoiceStore | None = None
+) -> TTS:
     """Load a checkpoint (local directory or hub id); its family comes from config.json.
 
-    ``voices_dir`` holds saved voices (default: a per-user data directory);
-    ``voice="NAME"`` then uses one.
+    ``voices_dir`` holds saved voices (default: a per-user data directory), or
+    is the ``VoiceStore`` to share with the caller; ``voice="NAME"`` then uses one.
     """
     model_dir = resolve_model_dir(model)
     loader = family_loader(model_dir)
@@ -48,4 +50,5 @@ def load(model: str | Path = DEFAULT_MODEL, voices_dir: str | Path | None = None
         except Exception as error:
             raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
 
-    return TTS(engine.call(load_on_worker), engine, VoiceStore(voices_dir))
+    store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
+    return TTS(engine.call(load_on_worker), engine, store)

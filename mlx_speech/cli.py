@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ import numpy as np
 from . import DEFAULT_MODEL
 from .audio import output_format
 from .blas import active_blas, use_fast_blas
-from .engine import DEFAULT_MAX_BATCH
+from .settings import ServerSettings
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 VOICES_DIR_HELP = (
@@ -86,6 +87,11 @@ def _speak_parser(commands) -> None:
     speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
 
 
+def _setting(name: str):
+    """The server's default for a setting (``ServerSettings``, the one source)."""
+    return next(f.default for f in dataclasses.fields(ServerSettings) if f.name == name)
+
+
 def _serve_parser(commands) -> None:
     serve = commands.add_parser(
         "serve",
@@ -104,38 +110,7 @@ def _serve_parser(commands) -> None:
         help="require this key as 'Authorization: Bearer KEY' or 'x-api-key' "
         "(default: $MLX_SPEECH_API_KEY; unset means no auth)",
     )
-    serve.add_argument(
-        "--max-queue",
-        type=int,
-        default=16,
-        help="requests allowed to wait for the model; more get 429 (default: 16)",
-    )
-    serve.add_argument(
-        "--max-batch",
-        type=_positive_int,
-        default=DEFAULT_MAX_BATCH,
-        help="requests stepped together in one forward pass; 1 turns batching off "
-        f"(default: {DEFAULT_MAX_BATCH})",
-    )
-    serve.add_argument(
-        "--max-input-chars",
-        type=int,
-        default=4096,
-        help="longest accepted input text (default: 4096)",
-    )
-    serve.add_argument(
-        "--max-ref-bytes",
-        type=int,
-        default=20 * 1024 * 1024,
-        help="largest reference clip in bytes (default: 20 MB)",
-    )
-    serve.add_argument(
-        "--stream-idle-timeout",
-        type=float,
-        default=30.0,
-        help="cancel a stream whose client reads nothing for this many "
-        "seconds (default: 30)",
-    )
+    _limit_arguments(serve)
     serve.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
@@ -148,11 +123,38 @@ def _serve_parser(commands) -> None:
     )
 
 
+def _limit_arguments(serve) -> None:
+    """Flags named after ``ServerSettings`` fields, with their defaults."""
+    limits = [
+        ("max_queue", int, "requests allowed to wait for the model; more get 429"),
+        (
+            "max_batch",
+            _positive_int,
+            "requests stepped together in one forward pass; 1 turns batching off",
+        ),
+        ("max_input_chars", int, "longest accepted input text, in characters"),
+        ("max_ref_bytes", int, "largest reference clip, in bytes"),
+        (
+            "stream_idle_timeout",
+            float,
+            "cancel a stream whose client reads nothing for this many seconds",
+        ),
+    ]
+    for name, kind, text in limits:
+        default = _setting(name)
+        serve.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=default,
+            help=f"{text} (default: {default})",
+        )
+
+
 def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     import mlx_speech
-    from mlx_speech.server import ServerSettings, create_app
+    from mlx_speech.server import create_app
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"

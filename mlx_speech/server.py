@@ -35,24 +35,29 @@ __all__ = ["ModelSlot", "ServerSettings", "create_app"]
 
 log = logging.getLogger("mlx_speech.server")
 
+# (model name, the server's voice store) → the model; ``mlx_speech.load`` is one.
+Loader = Callable[[str, VoiceStore], TTS]
+
 
 class ModelSlot:
     """The model, loaded in the background so /health can answer meanwhile."""
 
-    def __init__(self, model: str, load: Callable[[str], TTS]):
+    def __init__(self, model: str, load: Loader, store: VoiceStore):
         self.name = model
         self.tts: TTS | None = None
         self.error: Exception | None = None
-        self._thread = threading.Thread(target=self._load, args=(load,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._load, args=(load, store), daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
 
-    def _load(self, load: Callable[[str], TTS]) -> None:
+    def _load(self, load: Loader, store: VoiceStore) -> None:
         log.info("loading %s", self.name)
         started = time.perf_counter()
         try:
-            self.tts = load(self.name)
+            self.tts = load(self.name, store)
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
             self.error = error
             log.error("cannot load %s: %s", self.name, error)
@@ -213,9 +218,9 @@ ROUTES = [
 ]
 
 
-def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlette:
-    """The app for ``settings``; ``load`` turns the model name into a ``TTS``
-    (in a background thread, once the app starts)."""
+def create_app(settings: ServerSettings, load: Loader) -> Starlette:
+    """The app for ``settings``; ``load`` gives the model (in a background
+    thread, once the app starts), sharing the app's one voice store."""
     app = Starlette(
         routes=ROUTES,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
@@ -223,9 +228,9 @@ def create_app(settings: ServerSettings, load: Callable[[str], TTS]) -> Starlett
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
-    app.state.slot = ModelSlot(settings.model, load)
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
+    app.state.slot = ModelSlot(settings.model, load, app.state.store)
     if settings.api_key:
         return ApiKeyGuard(app, settings.api_key, app.state.metrics)
     return app

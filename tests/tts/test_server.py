@@ -350,9 +350,9 @@ def test_concurrent_clients_get_identical_seeded_audio(server):
 def test_health_and_speech_answer_503_while_loading(speaking_dir):
     release = threading.Event()
 
-    def slow_load(model):
+    def slow_load(model, voices):
         release.wait(30)
-        return mlx_speech.load(model)
+        return mlx_speech.load(model, voices)
 
     settings = ServerSettings(model=str(speaking_dir))
     with RunningServer(settings, load=slow_load, wait_until_healthy=False) as running:

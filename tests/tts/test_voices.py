@@ -143,6 +143,12 @@ def voice_server(speaking_dir, tmp_path):
         yield running
 
 
+def test_the_server_and_its_model_share_the_voices_dir(voice_server):
+    app = voice_server.server.config.app
+    assert app.state.slot.tts.voice_store is app.state.store
+    assert app.state.store.directory == voice_server.settings.voices_dir
+
+
 def test_voice_lifecycle_over_http(voice_server):
     url = voice_server.url
     created = _upload(url, "alice", clip_bytes(1.5), ref_text="Hello world.")
