@@ -272,7 +272,7 @@ def _speak(args: argparse.Namespace) -> None:
     chunks = []
     for chunk in tts.stream(
         text,
-        voice=args.ref_audio or args.voice,
+        voice=Path(args.ref_audio) if args.ref_audio else args.voice,
         ref_text=args.ref_text,
         instructions=args.instructions,
         language=args.language,

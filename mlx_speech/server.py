@@ -87,7 +87,7 @@ async def speech(request: Request) -> Response:
         max_input_chars=settings.max_input_chars,
         max_ref_bytes=settings.max_ref_bytes,
         presets=tuple(tts.voices),
-        find_saved_voice=lambda name: _saved_voice(state.store, name),
+        find_saved_voice=state.store.find,
         media_root=settings.allowed_local_media_path,
     )
     parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
@@ -122,13 +122,6 @@ async def speech(request: Request) -> Response:
         on_close=metrics.request_closed,
     )
     return AudioResponse(chunks, delivery)
-
-
-def _saved_voice(store: VoiceStore, name: str):
-    try:
-        return store.get(name)
-    except UnknownVoice:
-        return None
 
 
 def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:

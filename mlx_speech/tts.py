@@ -9,7 +9,8 @@ import numpy as np
 from .audio import Audio
 from .engine import ChunkStream, Engine
 from .families import SpeechService
-from .voice_store import UnknownVoice, VoiceStore
+from .voice_store import VoiceStore
+from .voices import resolve_voice
 
 
 class TTS:
@@ -40,13 +41,14 @@ class TTS:
         return dict(self._service.stats())
 
     def resolve_voice(self, voice: Any) -> Any:
-        """A name that is neither "default" nor a preset may be a saved voice."""
-        if not isinstance(voice, str) or voice == "default" or voice in self.voices:
-            return voice
-        try:
-            return self.voice_store.get(voice)
-        except UnknownVoice:
-            return voice
+        """``voice`` by the one policy (``mlx_speech.voices``), file paths allowed."""
+        return resolve_voice(
+            voice,
+            presets=self._service.voices,
+            find_saved=self.voice_store.find,
+            hint=self._service.voice_hint,
+            paths=True,
+        )
 
     @property
     def max_active_jobs(self) -> int:

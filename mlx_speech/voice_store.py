@@ -170,12 +170,15 @@ class VoiceStore:
         return voices
 
     def get(self, name: str) -> SavedVoice:
-        if not NAME_PATTERN.fullmatch(name) or name.startswith("."):
-            raise UnknownVoice(name)
-        voice = self._read(self.directory / name)
+        voice = self.find(name)
         if voice is None:
             raise UnknownVoice(name)
         return voice
+
+    def find(self, name: str) -> SavedVoice | None:
+        if not NAME_PATTERN.fullmatch(name) or name.startswith("."):
+            return None
+        return self._read(self.directory / name)
 
     def _read(self, folder: Path) -> SavedVoice | None:
         try:

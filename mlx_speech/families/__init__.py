@@ -18,6 +18,7 @@ class SpeechService(Protocol):
     name: str  # the family, e.g. "moss_tts_nano"
     sample_rate: int  # of the audio it yields
     voices: tuple[str, ...]  # preset voice names
+    voice_hint: str  # what to pass instead of an unknown voice name
     # "incremental": chunks come as frames are generated; "buffered": the audio
     # comes when the whole utterance is generated.
     streaming: str
@@ -32,7 +33,8 @@ class SpeechService(Protocol):
         **sampling: Any,
     ) -> Any:
         """Caller's thread, no MLX: validate (``InvalidRequest`` naming the field),
-        apply defaults, fix the seed. Returns the request ``synthesize`` takes."""
+        apply defaults, fix the seed. ``voice`` comes resolved by
+        ``voices.resolve_voice``. Returns the request ``synthesize`` takes."""
 
     def synthesize(self, request: Any) -> Iterator[Audio | Pending | None]:
         """Worker thread: one step per frame, yielding a chunk, ``None``, or

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ import soundfile
 from mlx_audio.utils import resample_audio
 
 from ..errors import InvalidRequest
+from ..voice_store import SavedVoice
 
 MIN_SECONDS = 0.5
 MAX_SECONDS = 30.0
@@ -84,7 +84,18 @@ def load_reference(
     return np.ascontiguousarray(data)
 
 
-def is_audio_path(voice: Any) -> bool:
-    return isinstance(voice, os.PathLike) or (
-        isinstance(voice, str) and Path(voice).is_file()
+def clip_of(voice: Any) -> Any:
+    """A clip to clone (as ``voices.resolve_voice`` gives it) as ``load_reference``
+    takes it: a saved voice by its stored clip."""
+    return voice.clip if isinstance(voice, SavedVoice) else voice
+
+
+def load_mono_reference(voice: Any, *, sample_rate: int, samples_per_frame: int):
+    """The clip of ``voice`` as mono samples at ``sample_rate``."""
+    samples = load_reference(
+        clip_of(voice),
+        sample_rate=sample_rate,
+        channels=1,
+        samples_per_frame=samples_per_frame,
     )
+    return samples[:, 0]

@@ -11,6 +11,8 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from ..voice_store import SavedVoice
+from ..voices import DEFAULT_VOICE, UnknownVoiceName, resolve_voice
 from .containers import CONTENT_TYPES, unsupported_rate
 from .errors import ApiError
 from .media import read_local_media
@@ -34,14 +36,14 @@ class RequestRules:
     max_input_chars: int
     max_ref_bytes: int
     presets: tuple[str, ...]
-    find_saved_voice: Callable[[str], Any]  # name → saved voice or None
+    find_saved_voice: Callable[[str], SavedVoice | None]
     media_root: Path | None = None
 
 
 @dataclass(frozen=True)
 class SpeechRequest:
     text: str
-    voice: Any  # None (the model's own voice), a preset name, a saved voice, or clip bytes
+    voice: Any  # as ``voices.resolve_voice`` gives it: None, preset, saved voice, clip
     response_format: str
     sample_rate: int | None
     delivery: str  # "audio" (streamed file), "sse" (streamed events) or "buffered"
@@ -118,24 +120,22 @@ def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
     if voice is not None and not isinstance(voice, str):
         raise _bad("voice", "voice must be a string or an object")
     if body.get("ref_audio") is not None:
-        if voice not in (None, "default"):
+        if voice is not None and voice.lower() != DEFAULT_VOICE:
             raise _bad("ref_audio", "give either a voice name or ref_audio, not both")
         return _reference_bytes(body["ref_audio"], "ref_audio", rules), ref_text
-    if voice is None or voice.lower() == "default":
+    if voice is None:
         return None, ref_text
-    by_name = {name.lower(): name for name in rules.presets}
-    if voice.lower() in by_name:
-        return by_name[voice.lower()], ref_text
-    saved = rules.find_saved_voice(voice)
-    if saved is None:
-        raise ApiError(
-            404,
-            f"unknown voice {voice!r}; GET /v1/audio/voices lists the available ones",
-            param="voice",
+    try:
+        resolved = resolve_voice(
+            voice,
+            presets=rules.presets,
+            find_saved=rules.find_saved_voice,
+            hint="GET /v1/audio/voices lists the available ones",
+            paths=False,
         )
-    if ref_text is None:
-        ref_text = saved.ref_text
-    return saved, ref_text
+    except UnknownVoiceName as error:
+        raise ApiError(404, str(error), param="voice") from None
+    return resolved, ref_text
 
 
 def _format(body: dict) -> str:

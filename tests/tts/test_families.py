@@ -259,7 +259,7 @@ def test_custom_voice_matrix(qwen3_tts):
     tts = qwen3_tts["custom_voice"]
     assert tts.family == "qwen3_tts" and tts.sample_rate == 24000
     assert tts.voices == ["vivian", "ryan", "dylan"]
-    assert tts._service.prepare(TEXT, voice="RYAN").speaker == "ryan"
+    assert tts._service.prepare(TEXT, voice=tts.resolve_voice("RYAN")).speaker == "ryan"
     assert tts._service.prepare(TEXT).speaker == "vivian"  # default: the first preset
     assert "vivian, ryan, dylan" in _refused(tts, "voice", voice="alloy")
     _refused(tts, "voice", voice=(_clip(24000), 24000))

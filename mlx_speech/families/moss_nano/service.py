@@ -30,7 +30,7 @@ from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
 from ..fields import check_text
 from ..options import SamplingOptions, parse_sampling
-from ..reference_audio import is_audio_path, load_reference
+from ..reference_audio import clip_of, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
 from .codec import DecoderState, encode, samples_per_frame
@@ -72,6 +72,11 @@ class NanoRequest:
 class NanoService:
     name = FAMILY
     voices: tuple[str, ...] = ()
+    voice_hint = (
+        "not a saved voice, and MOSS-TTS-Nano has no presets; pass 'default', a "
+        "saved voice name, a path to an audio file, audio bytes or (samples, "
+        "sample_rate)"
+    )
     streaming = "incremental"
 
     def __init__(
@@ -147,36 +152,27 @@ class NanoService:
         )
 
     def _reference(self, voice: Any) -> Reference | None:
-        if voice is None or voice == "default":
+        """The clip to clone, with its codes when a saved voice stored them or
+        the cache holds them."""
+        if voice is None:
             return None
-        if isinstance(voice, SavedVoice):
-            stored = voice.load_codes(self._codec_id)
+        saved = voice if isinstance(voice, SavedVoice) else None
+        if saved is not None:
+            stored = saved.load_codes(self._codec_id)
             if stored is not None:
                 self._saved_voice_hits += 1
-                return Reference(samples=None, codes=stored, saved=voice)
-            reference = self._decoded(voice.clip, saved=voice)
-            if reference.codes is not None:
-                voice.save_codes(self._codec_id, reference.codes)
-            return reference
-        if isinstance(voice, str) and not is_audio_path(voice):
-            raise InvalidRequest(
-                "voice",
-                f"unknown voice {voice!r}: not a saved voice, and MOSS-TTS-Nano has no "
-                "presets; pass 'default', a saved voice name, a path to an audio file, "
-                "audio bytes or (samples, sample_rate)",
-            )
-        return self._decoded(voice)
-
-    def _decoded(self, source: Any, saved: SavedVoice | None = None) -> Reference:
-        """The clip at the codec rate, with its codes if they are cached."""
+                return Reference(samples=None, codes=stored, saved=saved)
         samples = load_reference(
-            source,
+            clip_of(voice),
             sample_rate=self.sample_rate,
             channels=self._codec.channels,
             samples_per_frame=self.samples_per_frame,
         )
         key = content_key(samples)
-        return Reference(samples, self._references.get(key), key, saved)
+        codes = self._references.get(key)
+        if saved is not None and codes is not None:
+            saved.save_codes(self._codec_id, codes)
+        return Reference(samples, codes, key, saved)
 
     # Worker thread.
     def synthesize(self, request: NanoRequest) -> Iterator[Audio | Pending | None]:

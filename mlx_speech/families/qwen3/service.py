@@ -25,7 +25,7 @@ from ..fields import check_instructions, check_ref_text, check_text
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import last_warning, load_quietly
-from ..reference_audio import is_audio_path, load_reference
+from ..reference_audio import load_mono_reference
 from .decoder import RequestDecoder
 from .loop import Prompt, Sampling, frames
 
@@ -115,15 +115,14 @@ class Qwen3Service:
 
     def _voice(self, voice: Any, ref_text: str | None):
         """(preset speaker, reference samples, ref_text) for this kind."""
-        if voice is None or voice == "default":
+        if voice is None:
             if self.kind == "custom_voice":
                 return self.voices[0], None, ref_text
             return None, None, ref_text
-        if isinstance(voice, str) and not is_audio_path(voice):
-            matches = [name for name in self.voices if name.lower() == voice.lower()]
-            if matches:
-                return matches[0], None, ref_text
-            raise InvalidRequest("voice", self._unknown_voice(voice))
+        if isinstance(voice, str):
+            if voice not in self.voices:
+                raise InvalidRequest("voice", f"unknown voice {voice!r}: {self.voice_hint}")
+            return voice, None, ref_text
         if self.kind != "base":
             raise InvalidRequest(
                 "voice",
@@ -137,34 +136,33 @@ class Qwen3Service:
                 "this Qwen3-TTS Base checkpoint has no speech-tokenizer encoder, so it "
                 "cannot clone a reference clip",
             )
-        if isinstance(voice, SavedVoice):
-            ref_text = ref_text if ref_text is not None else voice.ref_text
-            voice = voice.clip
+        if isinstance(voice, SavedVoice) and ref_text is None:
+            ref_text = voice.ref_text
         if not ref_text or not ref_text.strip():
             raise InvalidRequest(
                 "ref_text",
                 "Qwen3-TTS clones from a reference clip and its transcript: pass ref_text "
                 "(the words spoken in the clip)",
             )
-        samples = load_reference(
-            voice, sample_rate=self.sample_rate, channels=1,
-            samples_per_frame=self._reference_hop,
+        samples = load_mono_reference(
+            voice, sample_rate=self.sample_rate, samples_per_frame=self._reference_hop
         )
-        return None, samples[:, 0], ref_text
+        return None, samples, ref_text
 
-    def _unknown_voice(self, voice: str) -> str:
+    @property
+    def voice_hint(self) -> str:
         if self.voices:
             return (
-                f"unknown voice {voice!r}; this checkpoint's preset voices are "
-                f"{', '.join(self.voices)} (or a saved voice name)"
+                "not a saved voice or one of this checkpoint's preset voices, "
+                + ", ".join(self.voices)
             )
         if self.kind == "base":
             return (
-                f"unknown voice {voice!r}: Qwen3-TTS Base has no presets; clone a voice "
-                "with ref_audio and ref_text, or name a saved voice"
+                "not a saved voice, and Qwen3-TTS Base has no presets; clone a voice "
+                "with ref_audio and ref_text"
             )
         return (
-            f"unknown voice {voice!r}: Qwen3-TTS VoiceDesign takes no voice; describe "
+            "not a saved voice, and Qwen3-TTS VoiceDesign takes no voice; describe "
             "the voice in instructions"
         )
 

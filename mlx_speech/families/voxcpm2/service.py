@@ -19,13 +19,12 @@ import numpy as np
 
 from ...audio import Audio
 from ...errors import GenerationError, InvalidRequest, ModelLoadError
-from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
 from ..fields import check_instructions, check_ref_text, check_text
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import load_quietly
-from ..reference_audio import is_audio_path, load_reference
+from ..reference_audio import load_mono_reference
 from .decoder import WindowedDecoder, decoder_reach
 from .loop import Settings, patches, prompt_rows
 
@@ -47,6 +46,10 @@ class VoxRequest:
 class VoxService:
     name = FAMILY
     voices: tuple[str, ...] = ()
+    voice_hint = (
+        "not a saved voice, and VoxCPM2 has no presets; pass 'default', a saved "
+        "voice name or a reference clip, or describe a voice in instructions"
+    )
     streaming = "incremental"
 
     def __init__(self, model):
@@ -102,22 +105,11 @@ class VoxService:
         )
 
     def _reference(self, voice: Any) -> np.ndarray | None:
-        if voice is None or voice == "default":
+        if voice is None:
             return None
-        if isinstance(voice, SavedVoice):
-            voice = voice.clip
-        elif isinstance(voice, str) and not is_audio_path(voice):
-            raise InvalidRequest(
-                "voice",
-                f"unknown voice {voice!r}: VoxCPM2 has no presets; pass 'default', a "
-                "saved voice name or a reference clip, or describe a voice in "
-                "instructions",
-            )
-        samples = load_reference(
-            voice, sample_rate=self.sample_rate, channels=1,
-            samples_per_frame=self._reference_hop,
+        return load_mono_reference(
+            voice, sample_rate=self.sample_rate, samples_per_frame=self._reference_hop
         )
-        return samples[:, 0]
 
     # Worker thread.
     def synthesize(self, request: VoxRequest) -> Iterator[Audio | None]:

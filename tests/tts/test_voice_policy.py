@@ -1,0 +1,69 @@
+"""The one voice policy (``mlx_speech.voices``) that HTTP, the CLI and Python share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlx_speech.voice_store import SavedVoice
+from mlx_speech.voices import UnknownVoiceName, resolve_voice
+
+SAVED = SavedVoice("narrator", Path("/nowhere/narrator"), "clip.wav", None, 0.0, 1.0)
+
+
+def _resolve(voice, paths=True, presets=("Vivian", "ryan")):
+    return resolve_voice(
+        voice,
+        presets=presets,
+        find_saved=lambda name: SAVED if name == "narrator" else None,
+        hint="try another",
+        paths=paths,
+    )
+
+
+@pytest.mark.parametrize("name", [None, "default", "Default", "DEFAULT"])
+def test_default_in_any_case_is_the_models_own_voice(name):
+    assert _resolve(name) is None
+
+
+@pytest.mark.parametrize(("name", "preset"), [("vivian", "Vivian"), ("RYAN", "ryan")])
+def test_presets_match_in_any_case_and_come_out_in_their_own_spelling(name, preset):
+    assert _resolve(name) == preset
+
+
+def test_a_saved_name_wins_over_a_file_of_that_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("narrator").write_bytes(b"RIFF")
+    assert _resolve("narrator") is SAVED
+
+
+def test_file_paths_only_where_allowed(tmp_path):
+    clip = tmp_path / "me.wav"
+    clip.write_bytes(b"RIFF")
+    assert _resolve(str(clip)) == clip
+    assert _resolve(clip, paths=False) == clip  # a path object is a clip on any surface
+    with pytest.raises(UnknownVoiceName) as error:
+        _resolve(str(clip), paths=False)
+    assert error.value.param == "voice"
+
+
+def test_clips_pass_through_unchanged():
+    samples = (np.zeros(10), 16000)
+    assert _resolve(samples) is samples
+    assert _resolve(b"bytes") == b"bytes"
+    assert _resolve(SAVED) is SAVED
+
+
+def test_an_unknown_name_says_what_to_pass_instead():
+    with pytest.raises(UnknownVoiceName, match="unknown voice 'alloy': try another"):
+        _resolve("alloy")
+
+
+def test_the_python_api_takes_default_in_any_case(speaking_tts):
+    quiet = speaking_tts.speak("Hi.", voice="Default", seed=1, max_new_tokens=2)
+    assert quiet.samples.size and np.array_equal(
+        quiet.samples,
+        speaking_tts.speak("Hi.", voice=None, seed=1, max_new_tokens=2).samples,
+    )
