@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import DEFAULT_MODEL
-from .audio import output_format
+from .formats import FORMATS, format_for_path
 from .blas import active_blas, use_fast_blas
 from .settings import ServerSettings
 
@@ -76,7 +76,7 @@ def _speak_parser(commands) -> None:
     speak.add_argument(
         "--format",
         default=None,
-        choices=["wav", "flac", "mp3", "ogg", "opus", "pcm"],
+        choices=list(FORMATS),
         help="container (default: from the output suffix)",
     )
     speak.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
@@ -262,7 +262,7 @@ def _voices(args: argparse.Namespace) -> None:
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
-    output_format(args.output, args.format)  # a bad name fails before any work
+    format_for_path(args.output, args.format)  # a bad name fails before any work
     text = sys.stdin.read() if args.text == "-" else args.text
     tts = mlx_speech.load(
         args.model or DEFAULT_MODEL, voices_dir=args.voices_dir

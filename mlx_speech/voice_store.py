@@ -31,7 +31,8 @@ log = logging.getLogger("mlx_speech.voices")
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 RESERVED_NAMES = {"default"}
-MIN_SECONDS, MAX_SECONDS = 0.5, 30.0
+# How long a clip to clone may be, saved or sent with a request.
+MIN_CLIP_SECONDS, MAX_CLIP_SECONDS = 0.5, 30.0
 _PENDING_PREFIX = ".pending-"
 _DELETED_PREFIX = ".deleted-"
 
@@ -142,9 +143,11 @@ def clip_duration(clip: bytes) -> tuple[float, str]:
             "audio_sample", f"the clip could not be decoded: {error}"
         ) from None
     seconds = info.frames / info.samplerate if info.samplerate else 0.0
-    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+    if not MIN_CLIP_SECONDS <= seconds <= MAX_CLIP_SECONDS:
         raise InvalidRequest(
-            "audio_sample", f"the clip is {seconds:.2f} s; voices need {MIN_SECONDS}-30 s"
+            "audio_sample",
+            f"the clip is {seconds:.2f} s; voices need "
+            f"{MIN_CLIP_SECONDS}-{MAX_CLIP_SECONDS:g} s",
         )
     return seconds, info.format.lower()
 

@@ -11,10 +11,8 @@ import soundfile
 from mlx_audio.utils import resample_audio
 
 from ..errors import InvalidRequest
-from ..voice_store import SavedVoice
+from ..voice_store import MAX_CLIP_SECONDS, MIN_CLIP_SECONDS, SavedVoice
 
-MIN_SECONDS = 0.5
-MAX_SECONDS = 30.0
 
 
 def _decode(source: Any) -> tuple[np.ndarray, int]:
@@ -74,10 +72,11 @@ def load_reference(
         data = np.asarray(resample_audio(data, rate, sample_rate, axis=0), dtype=np.float32)
     frames = data.shape[0] // samples_per_frame
     seconds = frames * samples_per_frame / sample_rate
-    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+    if not MIN_CLIP_SECONDS <= seconds <= MAX_CLIP_SECONDS:
         raise InvalidRequest(
             "voice",
-            f"reference audio must be {MIN_SECONDS}-{MAX_SECONDS:g} s long; this clip "
+            f"reference audio must be {MIN_CLIP_SECONDS}-{MAX_CLIP_SECONDS:g} s long; "
+            "this clip "
             f"gives {seconds:.2f} s ({frames} codec frames of "
             f"{1000 * samples_per_frame / sample_rate:g} ms)",
         )

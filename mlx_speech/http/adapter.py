@@ -21,7 +21,8 @@ import anyio
 import numpy as np
 
 from ..engine import ChunkStream
-from .containers import CONTENT_TYPES, StreamEncoder, encode_whole
+from ..formats import FORMATS, encode_whole
+from .containers import StreamEncoder
 from .errors import ApiError
 from .metrics import Metrics
 from .resample import StreamingResampler
@@ -154,7 +155,7 @@ class AudioResponse:
 
     async def _stream_audio(self, send: Callable, first: Any) -> None:
         encoder = StreamEncoder(self._delivery.response_format, self._delivery.output_rate)
-        await self._start(send, CONTENT_TYPES[encoder.response_format], {})
+        await self._start(send, FORMATS[encoder.response_format].content_type, {})
         await self._send(send, encoder.start())
         async for samples in self._pcm(first):
             await self._send(send, encoder.encode(samples))
@@ -167,7 +168,7 @@ class AudioResponse:
         body = encode_whole(
             samples, self._delivery.output_rate, self._delivery.response_format
         )
-        content_type = CONTENT_TYPES[self._delivery.response_format]
+        content_type = FORMATS[self._delivery.response_format].content_type
         await self._start(send, content_type, {"content-length": str(len(body))})
         await self._send(send, body, more=False)
 

@@ -2,60 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import struct
 
 import numpy as np
 import soundfile
 
+from ..formats import FORMATS
 from ..pcm import to_pcm16
 
-CONTENT_TYPES = {
-    "wav": "audio/wav",
-    "pcm": "audio/pcm",
-    "flac": "audio/flac",
-    "mp3": "audio/mpeg",
-    "opus": "audio/ogg",
-}
-# format → (libsndfile format, subtype, takes PCM16 input)
-_SOUNDFILE = {
-    "wav": ("WAV", "PCM_16", True),
-    "flac": ("FLAC", "PCM_16", True),
-    "mp3": ("MP3", "MPEG_LAYER_III", False),
-    "opus": ("OGG", "OPUS", False),
-}
-OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
-MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+# The formats of the speech endpoint (the rows of ``formats.FORMATS`` it serves).
+RESPONSE_FORMATS = ("wav", "pcm", "flac", "mp3", "opus")
 
 _SFC_SET_BITRATE_MODE = 0x1305
 _SF_BITRATE_MODE_CONSTANT = 0
 _UNKNOWN_SIZE = 0xFFFFFFFF
-
-
-def unsupported_rate(response_format: str, sample_rate: int) -> tuple[int, ...] | None:
-    """The rates the container allows, when ``sample_rate`` is not one of them."""
-    allowed = {"opus": OPUS_RATES, "mp3": MP3_RATES}.get(response_format)
-    return allowed if allowed and sample_rate not in allowed else None
-
-
-def _input(response_format: str, samples: np.ndarray) -> np.ndarray:
-    return to_pcm16(samples) if _SOUNDFILE[response_format][2] else samples
-
-
-def encode_whole(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes:
-    """A complete file with exact sizes in its headers."""
-    if response_format == "pcm":
-        return to_pcm16(samples).tobytes()
-    container, subtype, _ = _SOUNDFILE[response_format]
-    buffer = io.BytesIO()
-    soundfile.write(
-        buffer,
-        _input(response_format, samples),
-        sample_rate,
-        format=container,
-        subtype=subtype,
-    )
-    return buffer.getvalue()
 
 
 def streaming_wav_header(sample_rate: int) -> bytes:
@@ -118,10 +78,11 @@ class StreamEncoder:
     def __init__(self, response_format: str, sample_rate: int):
         self.response_format = response_format
         self.sample_rate = sample_rate
+        self._format = FORMATS[response_format]
         self._file: soundfile.SoundFile | None = None
         self._sink = _ForwardSink()
-        if response_format in ("flac", "mp3", "opus"):
-            container, subtype, _ = _SOUNDFILE[response_format]
+        if response_format != "wav" and self._format.soundfile is not None:
+            container, subtype = self._format.soundfile
             self._file = soundfile.SoundFile(
                 self._sink, "w", sample_rate, 1, format=container, subtype=subtype
             )
@@ -145,7 +106,7 @@ class StreamEncoder:
         if self._file is None:
             return to_pcm16(samples).tobytes()
         if len(samples):
-            self._file.write(_input(self.response_format, samples))
+            self._file.write(self._format.samples_for(samples))
         return self._sink.take()
 
     def finish(self) -> bytes:

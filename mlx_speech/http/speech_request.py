@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import binascii
 import math
 from collections.abc import Callable
@@ -13,18 +14,13 @@ from typing import Any
 
 from ..voice_store import SavedVoice
 from ..voices import DEFAULT_VOICE, UnknownVoiceName, resolve_voice
-from .containers import CONTENT_TYPES, unsupported_rate
+from ..families.options import SamplingOptions
+from ..formats import FORMATS
+from .containers import RESPONSE_FORMATS
 from .errors import ApiError
 from .media import read_local_media
 
-SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "repetition_penalty",
-    "max_new_tokens",
-    "seed",
-)
+SAMPLING_FIELDS = tuple(option.name for option in dataclasses.fields(SamplingOptions))
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 48000
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
@@ -140,8 +136,8 @@ def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
 
 def _format(body: dict) -> str:
     response_format = body.get("response_format", "wav")
-    if response_format not in CONTENT_TYPES:
-        supported = ", ".join(CONTENT_TYPES)
+    if not isinstance(response_format, str) or response_format not in RESPONSE_FORMATS:
+        supported = ", ".join(RESPONSE_FORMATS)
         raise _bad(
             "response_format",
             f"response_format must be one of {supported}, got {response_format!r}",
@@ -160,8 +156,8 @@ def _sample_rate(body: dict, response_format: str) -> int | None:
             "sample_rate",
             f"sample_rate must be in {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, got {rate}",
         )
-    allowed = unsupported_rate(response_format, rate)
-    if allowed:
+    allowed = FORMATS[response_format].rates
+    if allowed and rate not in allowed:
         rates = ", ".join(map(str, allowed))
         raise _bad(
             "sample_rate", f"{response_format} supports sample_rate {rates}; got {rate}"
