@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from . import DEFAULT_MODEL
-from .formats import FORMATS, format_for_path
 from .blas import active_blas, use_fast_blas
+from .formats import FORMATS, format_for_path
 from .settings import ServerSettings
 
 GRACEFUL_SHUTDOWN_SECONDS = 5

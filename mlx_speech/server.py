@@ -154,7 +154,8 @@ async def add_voice(request: Request) -> Response:
             state.store.add, name, upload.clip, upload.ref_text
         )
     except VoiceExists:
-        raise ApiError(409, f"a voice named {name!r} already exists", param="name") from None
+        message = f"a voice named {name!r} already exists"
+        raise ApiError(409, message, param="name") from None
     except InvalidRequest as error:
         raise ApiError(400, str(error), param=error.param) from None
     log.info("saved voice %s (%.1f s)", voice.name, voice.duration_s)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import mlx.core as mx
+
+T = TypeVar("T")
 
 
 class GlobalRandomKey:
@@ -28,3 +31,12 @@ class GlobalRandomKey:
         finally:
             high, low = mx.random.state[0].tolist()
             self._seed = (high << 32) | low
+
+    def steps(self, items: Iterator[T]) -> Iterator[T]:
+        """``items``, each one computed with this request's key installed."""
+        while True:
+            with self.installed():
+                item = next(items, None)
+            if item is None:
+                return
+            yield item

@@ -14,7 +14,6 @@ from ..errors import InvalidRequest
 from ..voice_store import MAX_CLIP_SECONDS, MIN_CLIP_SECONDS, SavedVoice
 
 
-
 def _decode(source: Any) -> tuple[np.ndarray, int]:
     """Path, bytes or (samples, sample_rate) → ([samples, channels] float32, rate)."""
     if isinstance(source, (bytes, bytearray, memoryview)):

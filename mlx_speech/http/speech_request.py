@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import binascii
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,10 +12,10 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from ..voice_store import SavedVoice
-from ..voices import DEFAULT_VOICE, UnknownVoiceName, resolve_voice
 from ..families.options import SamplingOptions
 from ..formats import FORMATS
+from ..voice_store import SavedVoice
+from ..voices import DEFAULT_VOICE, UnknownVoiceName, resolve_voice
 from .containers import RESPONSE_FORMATS
 from .errors import ApiError
 from .media import read_local_media

@@ -13,8 +13,8 @@ import mlx.core as mx
 from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.tts.models.moss_tts_nano import Model
 
-from ...audio import Audio
 from ...engine.batching import Later
+from ..chunks import finite_audio
 from .codec import DecoderState, decode_together, mono
 from .loop import FrameJob, step
 from .row_products import RowProducts
@@ -77,7 +77,7 @@ class CodecBatch:
                 continue
             for (*_, chunk), samples in zip(group, audio, strict=True):
                 try:
-                    chunk.resolve(Audio(mono(samples), self._sample_rate))
+                    chunk.resolve(finite_audio(mono(samples), self._sample_rate))
                 except Exception as error:  # noqa: BLE001 - only that request fails
                     chunk.fail(error)
         return []

@@ -28,7 +28,7 @@ from ...engine.batching import Later, Pending
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
-from ..fields import check_text
+from ..fields import check_language, check_text
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import clip_of, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
@@ -132,12 +132,7 @@ class NanoService:
             raise InvalidRequest(
                 "instructions", "MOSS-TTS-Nano does not take instructions; leave them out"
             )
-        if language not in (None, "auto"):
-            raise InvalidRequest(
-                "language",
-                f"MOSS-TTS-Nano detects the language itself; language must be 'auto', "
-                f"got {language!r}",
-            )
+        check_language(language, ("auto",), "MOSS-TTS-Nano")
         options = parse_sampling(sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
             self._model.tokenizer,

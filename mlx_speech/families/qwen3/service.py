@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ import mlx.core as mx
 import numpy as np
 
 from ...audio import Audio
-from ...errors import GenerationError, InvalidRequest, ModelLoadError
+from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from ..chunk_schedule import ChunkSchedule
-from ..fields import check_instructions, check_ref_text, check_text
+from ..chunks import chunks_of, finite_audio
+from ..fields import check_instructions, check_language, check_ref_text, check_text
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import last_warning, load_quietly
@@ -100,7 +102,7 @@ class Qwen3Service:
             segments=lines if plain_base else [text],
             speaker=speaker,
             instructions=instructions,
-            language=self._language(language),
+            language=check_language(language, self.languages, "Qwen3-TTS"),
             reference=reference,
             ref_text=ref_text,
             sampling=Sampling(
@@ -187,18 +189,6 @@ class Qwen3Service:
                 "this 0.6B CustomVoice checkpoint does not take instructions",
             )
 
-    def _language(self, language: Any) -> str:
-        if language is None:
-            return "auto"
-        if isinstance(language, str):
-            for name in self.languages:
-                if name.lower() == language.lower():
-                    return name
-        raise InvalidRequest(
-            "language",
-            f"language must be one of {', '.join(self.languages)}; got {language!r}",
-        )
-
     # Worker thread.
     def synthesize(self, request: Qwen3Request) -> Iterator[Audio | None]:
         """One step per frame: ``None`` while gathering a chunk, then the chunk."""
@@ -208,22 +198,8 @@ class Qwen3Service:
             # Each segment is decoded on its own, as mlx-audio does.
             decoder = RequestDecoder(self._model.speech_tokenizer.decoder)
             prompt = self._prompt(segment, request, decoder)
-            steps = frames(self._model, prompt, request.sampling)
-            gathered: list[mx.array] = []
-            while True:
-                with random_key.installed():
-                    frame = next(steps, None)
-                if frame is None:
-                    break
-                schedule.frame_done()
-                gathered.append(frame)
-                if len(gathered) < schedule.frames_for_next_chunk():
-                    yield None
-                    continue
-                yield self._chunk(decoder, gathered, schedule)
-                gathered = []
-            if gathered:
-                yield self._chunk(decoder, gathered, schedule)
+            steps = random_key.steps(frames(self._model, prompt, request.sampling))
+            yield from chunks_of(steps, schedule, partial(self._chunk, decoder))
 
     def _prompt(self, text: str, request: Qwen3Request, decoder: RequestDecoder) -> Prompt:
         model = self._model
@@ -249,14 +225,12 @@ class Qwen3Service:
         return Prompt(embeds, trailing, pad)
 
     def _chunk(
-        self, decoder: RequestDecoder, gathered: list[mx.array], schedule: ChunkSchedule
-    ) -> Audio:
+        self, decoder: RequestDecoder, gathered: list[mx.array], last: bool
+    ) -> Audio | None:
+        if not gathered:
+            return None
         codes = mx.stack(gathered, axis=2)  # [1, groups, frames]
-        samples = decoder.decode(codes)
-        if not np.isfinite(samples).all():
-            raise GenerationError("the model produced non-finite audio")
-        schedule.chunk_done(len(gathered))
-        return Audio(samples, self.sample_rate)
+        return finite_audio(decoder.decode(codes), self.sample_rate)
 
 
 def load(model_dir: Path) -> Qwen3Service:

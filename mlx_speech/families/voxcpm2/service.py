@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...audio import Audio
-from ...errors import GenerationError, InvalidRequest, ModelLoadError
+from ...errors import InvalidRequest, ModelLoadError
 from ..chunk_schedule import ChunkSchedule
-from ..fields import check_instructions, check_ref_text, check_text
+from ..chunks import chunks_of, finite_audio
+from ..fields import check_instructions, check_language, check_ref_text, check_text
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import load_quietly
@@ -82,12 +84,7 @@ class VoxService:
         check_instructions(instructions)
         if instructions is not None:
             text = f"({instructions}){text}"
-        if language not in (None, "auto"):
-            raise InvalidRequest(
-                "language",
-                f"VoxCPM2 detects the language itself; language must be 'auto', "
-                f"got {language!r}",
-            )
+        check_language(language, ("auto",), "VoxCPM2")
         for name in NOT_APPLICABLE:
             if sampling.get(name) is not None:
                 raise InvalidRequest(
@@ -118,31 +115,16 @@ class VoxService:
         model = self._model
         with random_key.installed():
             prompt = prompt_rows(model, request.text, request.reference)
-        steps = patches(model, prompt, request.settings)
+        steps = random_key.steps(patches(model, prompt, request.settings))
         decoder = WindowedDecoder(model.audio_vae, self._reach, self._samples_per_frame)
         schedule = ChunkSchedule(self._patch_seconds)
-        gathered = 0
-        while True:
-            with random_key.installed():
-                patch = next(steps, None)
-            if patch is None:
-                break
-            schedule.frame_done()
-            decoder.add(patch)
-            gathered += 1
-            if gathered < schedule.frames_for_next_chunk():
-                yield None
-                continue
-            chunk = self._chunk(decoder.decode())
-            schedule.chunk_done(gathered)
-            gathered = 0
-            yield chunk
-        yield self._chunk(decoder.decode(final=True))
+        yield from chunks_of(steps, schedule, partial(self._chunk, decoder))
 
-    def _chunk(self, samples: np.ndarray) -> Audio:
-        if not np.isfinite(samples).all():
-            raise GenerationError("the model produced non-finite audio")
-        return Audio(samples, self.sample_rate)
+    def _chunk(self, decoder: WindowedDecoder, gathered: list, last: bool) -> Audio:
+        """The audio of ``gathered``; the last chunk also carries the decoder's tail."""
+        for patch in gathered:
+            decoder.add(patch)
+        return finite_audio(decoder.decode(final=last), self.sample_rate)
 
 
 def load(model_dir: Path) -> VoxService:
