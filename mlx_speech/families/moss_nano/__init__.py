@@ -1,3 +1,3 @@
-from .service import FAMILY, NanoService, load
+from .service import FAMILY, MossNanoService, load
 
-__all__ = ["FAMILY", "NanoService", "load"]
+__all__ = ["FAMILY", "MossNanoService", "load"]

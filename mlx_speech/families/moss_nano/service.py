@@ -62,14 +62,14 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class NanoRequest:
+class MossNanoRequest:
     segments: list[str]
     reference: Reference | None
     sampling: FrameSampling
     seed: int
 
 
-class NanoService:
+class MossNanoService:
     name = FAMILY
     voices: tuple[str, ...] = ()
     voice_hint = (
@@ -125,7 +125,7 @@ class NanoService:
         instructions: Any = None,
         language: Any = None,
         **sampling: Any,
-    ) -> NanoRequest:
+    ) -> MossNanoRequest:
         del ref_text  # cloning uses the audio alone
         check_text(text)
         if instructions is not None:
@@ -139,7 +139,7 @@ class NanoService:
             lightweight_normalize_text(text),
             max_tokens=MAX_TEXT_TOKENS_PER_SEGMENT,
         )
-        return NanoRequest(
+        return MossNanoRequest(
             segments=segments,
             reference=self._reference(voice),
             sampling=_frame_sampling(options),
@@ -170,7 +170,7 @@ class NanoService:
         return Reference(samples, codes, key, saved)
 
     # Worker thread.
-    def synthesize(self, request: NanoRequest) -> Iterator[Audio | Pending | None]:
+    def synthesize(self, request: MossNanoRequest) -> Iterator[Audio | Pending | None]:
         """One frame per step, stepped together with the model's other
         requests; each chunk is decoded together with theirs and goes out
         while the next frame is computed."""
@@ -260,7 +260,7 @@ def _frame_sampling(options: SamplingOptions) -> FrameSampling:
     )
 
 
-def load(model_dir: Path) -> NanoService:
+def load(model_dir: Path) -> MossNanoService:
     """Worker thread: the model with mlx-audio's loader, then its codec."""
     model = load_model(model_dir)
     if model.tokenizer is None:
@@ -276,7 +276,7 @@ def load(model_dir: Path) -> NanoService:
     model.audio_tokenizer = codec
     products = row_products(model)
     warm_up(model, _frame_sampling(DEFAULTS), products)
-    return NanoService(model, codec, _codec_id(codec), products)
+    return MossNanoService(model, codec, _codec_id(codec), products)
 
 
 def _codec_id(codec: MossAudioTokenizer) -> str:

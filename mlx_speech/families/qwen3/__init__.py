@@ -1,3 +1,3 @@
-from .service import FAMILY, load
+from .service import FAMILY, Qwen3Service, load
 
-__all__ = ["FAMILY", "load"]
+__all__ = ["FAMILY", "Qwen3Service", "load"]

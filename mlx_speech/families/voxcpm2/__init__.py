@@ -1,3 +1,3 @@
-from .service import FAMILY, load
+from .service import FAMILY, VoxCPM2Service, load
 
-__all__ = ["FAMILY", "load"]
+__all__ = ["FAMILY", "VoxCPM2Service", "load"]

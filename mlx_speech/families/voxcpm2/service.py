@@ -38,14 +38,14 @@ NOT_APPLICABLE = ("temperature", "top_p", "top_k", "repetition_penalty")
 
 
 @dataclass(frozen=True)
-class VoxRequest:
+class VoxCPM2Request:
     text: str
     reference: np.ndarray | None  # mono samples at the output rate
     settings: Settings
     seed: int
 
 
-class VoxService:
+class VoxCPM2Service:
     name = FAMILY
     voices: tuple[str, ...] = ()
     voice_hint = (
@@ -78,7 +78,7 @@ class VoxService:
         instructions: Any = None,
         language: Any = None,
         **sampling: Any,
-    ) -> VoxRequest:
+    ) -> VoxCPM2Request:
         check_text(text)
         check_ref_text(ref_text)
         check_instructions(instructions)
@@ -94,7 +94,7 @@ class VoxService:
                 )
         defaults = SamplingOptions(0.0, 1.0, 0, 1.0, DEFAULT_PATCHES)
         options = parse_sampling(sampling, defaults, MAX_PATCHES)
-        return VoxRequest(
+        return VoxCPM2Request(
             text=text,
             reference=self._reference(voice),
             settings=Settings(max_patches=options.max_new_tokens),
@@ -109,7 +109,7 @@ class VoxService:
         )
 
     # Worker thread.
-    def synthesize(self, request: VoxRequest) -> Iterator[Audio | None]:
+    def synthesize(self, request: VoxCPM2Request) -> Iterator[Audio | None]:
         """One step per patch: ``None`` while gathering a chunk, then the chunk."""
         random_key = GlobalRandomKey(request.seed)
         model = self._model
@@ -127,7 +127,7 @@ class VoxService:
         return finite_audio(decoder.decode(final=last), self.sample_rate)
 
 
-def load(model_dir: Path) -> VoxService:
+def load(model_dir: Path) -> VoxCPM2Service:
     """Worker thread: mlx-audio's loader."""
     model, _ = load_quietly(model_dir)
     if model.tokenizer is None:
@@ -135,4 +135,4 @@ def load(model_dir: Path) -> VoxService:
             f"could not load the text tokenizer of {model_dir} (tokenizer.json / "
             "tokenizer_config.json)"
         )
-    return VoxService(model)
+    return VoxCPM2Service(model)
