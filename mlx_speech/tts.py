@@ -8,7 +8,7 @@ import numpy as np
 
 from .audio import Audio
 from .engine import ChunkStream, Engine
-from .families import SpeechService
+from .families import SpeechInput, SpeechService
 from .voice_store import VoiceStore
 from .voices import resolve_voice
 
@@ -55,7 +55,7 @@ class TTS:
         """Requests that generate at once; more wait in line."""
         return self._engine.max_active
 
-    def stream(
+    def prepare(
         self,
         text: str,
         voice: Any = None,
@@ -63,20 +63,23 @@ class TTS:
         instructions: str | None = None,
         language: str | None = None,
         **sampling: Any,
-    ) -> ChunkStream:
+    ) -> Any:
+        """Validate a request (``ValueError``) without running it; returns the
+        family's request, which ``stream`` then runs."""
+        asked = SpeechInput(
+            text, self.resolve_voice(voice), ref_text, instructions, language, sampling
+        )
+        return self._service.prepare(asked)
+
+    def stream(self, text: str, voice: Any = None, **options: Any) -> ChunkStream:
         """Audio chunks as they are produced; the first is a single codec frame.
 
-        The request is validated here (``ValueError``); generation starts on the
-        first read. ``cancel()`` or dropping the iterator stops it.
+        Takes the keywords of ``prepare``: ``ref_text``, ``instructions``,
+        ``language`` and the sampling ones. The request is validated here
+        (``ValueError``); generation starts on the first read. ``cancel()``
+        or dropping the iterator stops it.
         """
-        request = self._service.prepare(
-            text,
-            voice=self.resolve_voice(voice),
-            ref_text=ref_text,
-            instructions=instructions,
-            language=language,
-            **sampling,
-        )
+        request = self.prepare(text, voice, **options)
         return self._engine.stream(lambda: self._service.synthesize(request))
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:

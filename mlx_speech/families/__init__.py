@@ -8,40 +8,41 @@ family's loader, which runs on the MLX worker and returns a service.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from ..audio import Audio
 from ..engine.batching import Pending
+from .fields import SpeechInput
 
 
-class SpeechService(Protocol):
+class SpeechService:
+    """What every family provides; subclasses fill in the rest."""
+
     name: str  # the family, e.g. "moss_tts_nano"
     sample_rate: int  # of the audio it yields
-    voices: tuple[str, ...]  # preset voice names
+    voices: tuple[str, ...] = ()  # preset voice names
     voice_hint: str  # what to pass instead of an unknown voice name
     # "incremental": chunks come as frames are generated; "buffered": the audio
     # comes when the whole utterance is generated.
-    streaming: str
+    streaming = "incremental"
 
-    def prepare(
-        self,
-        text: Any,
-        voice: Any = None,
-        ref_text: Any = None,
-        instructions: Any = None,
-        language: Any = None,
-        **sampling: Any,
-    ) -> Any:
-        """Caller's thread, no MLX: validate (``InvalidRequest`` naming the field),
-        apply defaults, fix the seed. ``voice`` comes resolved by
-        ``voices.resolve_voice``. Returns the request ``synthesize`` takes."""
+    def prepare(self, asked: SpeechInput) -> Any:
+        """Caller's thread, no MLX: validate the family's fields
+        (``InvalidRequest`` naming the field), apply defaults, fix the seed.
+        Returns the request ``synthesize`` takes."""
+        raise NotImplementedError
 
     def synthesize(self, request: Any) -> Iterator[Audio | Pending | None]:
         """Worker thread: one step per frame, yielding a chunk, ``None``, or
         ``Pending(batch, chunk)`` after submitting the frame to a step shared
-        with the model's other requests (``chunk`` may be a ``Later`` that a
-        shared decode fills); the engine stops calling it when the request is
-        cancelled."""
+        with the model's other requests (``chunk`` may be a ``DeferredOutput``
+        that a shared decode fills); the engine stops calling it when the
+        request is cancelled."""
+        raise NotImplementedError
 
     def stats(self) -> dict[str, int]:
-        """Counters for /metrics (may be empty)."""
+        """Counters for /metrics."""
+        return {}
+
+
+__all__ = ["SpeechInput", "SpeechService"]

@@ -1,7 +1,8 @@
-"""Checks of the request fields every family reads the same way."""
+"""The request fields every family reads the same way, and their checks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
@@ -38,3 +39,22 @@ def check_language(language: Any, supported: tuple[str, ...], family: str) -> st
     else:
         expected = f"language must be one of {', '.join(supported)}"
     raise InvalidRequest("language", f"{expected}, got {language!r}")
+
+
+@dataclass(frozen=True)
+class SpeechInput:
+    """One request as a family's ``prepare`` receives it: text, instructions
+    and ref_text checked here, the voice resolved (``voices.resolve_voice``);
+    ``language`` and the sampling keywords are the family's to check."""
+
+    text: str
+    voice: Any = None
+    ref_text: str | None = None
+    instructions: str | None = None
+    language: Any = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_text(self.text)
+        check_instructions(self.instructions)
+        check_ref_text(self.ref_text)

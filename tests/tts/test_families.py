@@ -259,12 +259,12 @@ def test_custom_voice_matrix(qwen3_tts):
     tts = qwen3_tts["custom_voice"]
     assert tts.family == "qwen3_tts" and tts.sample_rate == 24000
     assert tts.voices == ["vivian", "ryan", "dylan"]
-    assert tts._service.prepare(TEXT, voice=tts.resolve_voice("RYAN")).speaker == "ryan"
-    assert tts._service.prepare(TEXT).speaker == "vivian"  # default: the first preset
+    assert tts.prepare(TEXT, voice="RYAN").speaker == "ryan"
+    assert tts.prepare(TEXT).speaker == "vivian"  # default: the first preset
     assert "vivian, ryan, dylan" in _refused(tts, "voice", voice="alloy")
     _refused(tts, "voice", voice=(_clip(24000), 24000))
     _refused(tts, "language", language="klingon")
-    assert tts._service.prepare(TEXT, language="CHINESE").language == "chinese"
+    assert tts.prepare(TEXT, language="CHINESE").language == "chinese"
     _refused(tts, "instructions", instructions="  ")
     _refused(tts, "temperature", temperature=-1)
 
@@ -297,7 +297,7 @@ def test_base_matrix(qwen3_tts, qwen3_dirs, tmp_path):
     _refused(tts, "instructions", instructions="Very happy.")
     _refused(tts, "voice", voice="ryan")
     _refused(tts, "voice", voice=(_clip(24000, seconds=0.2), 24000), ref_text="Hi.")
-    request = tts._service.prepare(TEXT, voice=clip, ref_text="Hi.", repetition_penalty=1.1)
+    request = tts.prepare(TEXT, voice=clip, ref_text="Hi.", repetition_penalty=1.1)
     assert request.sampling.repetition_penalty == 1.5  # mlx-audio's floor for cloning
     no_encoder = mlx_speech.load(
         build_qwen3_checkpoint(tmp_path / "no-encoder", "base", with_encoder=False)
@@ -313,7 +313,7 @@ def test_voxcpm2_matrix(voxcpm2_tts):
     _refused(tts, "language", language="english")
     _refused(tts, "voice", voice="alloy")
     _refused(tts, "instructions", instructions="")
-    request = tts._service.prepare(
+    request = tts.prepare(
         TEXT, voice=(_clip(48000), 48000), ref_text="ignored", instructions="Warm."
     )
     assert request.text == f"(Warm.){TEXT}" and request.reference is not None
@@ -328,7 +328,7 @@ def test_saved_voices_clone_with_their_transcript(qwen3_dirs, tmp_path):
     soundfile.write(buffer, _clip(24000), 24000, format="WAV")
     tts = mlx_speech.load(qwen3_dirs["base"], voices_dir=tmp_path / "voices")
     tts.voice_store.add("me", buffer.getvalue(), ref_text="This is my voice.")
-    request = tts._service.prepare(TEXT, voice=tts.resolve_voice("me"))
+    request = tts.prepare(TEXT, voice="me")
     assert request.ref_text == "This is my voice."
     assert (
         len(tts.speak(TEXT, voice="me", max_new_tokens=3).samples) == 3 * SAMPLES_PER_FRAME

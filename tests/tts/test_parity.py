@@ -74,7 +74,7 @@ def test_greedy_continuation_audio_equals_generate(speaking_tts, reference, text
 
 
 def test_multi_segment_text_is_split_like_mlx_audio(speaking_tts):
-    request = speaking_tts._service.prepare(MULTI_SEGMENT)
+    request = speaking_tts.prepare(MULTI_SEGMENT)
     assert len(request.segments) > 1
 
 

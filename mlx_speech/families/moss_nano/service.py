@@ -27,8 +27,9 @@ from ...audio import Audio
 from ...engine.batching import Later, Pending
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
+from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
-from ..fields import check_language, check_text
+from ..fields import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import clip_of, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
@@ -69,15 +70,13 @@ class MossNanoRequest:
     seed: int
 
 
-class MossNanoService:
+class MossNanoService(SpeechService):
     name = FAMILY
-    voices: tuple[str, ...] = ()
     voice_hint = (
         "not a saved voice, and MOSS-TTS-Nano has no presets; pass 'default', a "
         "saved voice name, a path to an audio file, audio bytes or (samples, "
         "sample_rate)"
     )
-    streaming = "incremental"
 
     def __init__(
         self,
@@ -117,31 +116,22 @@ class MossNanoService:
         }
 
     # Caller's thread: nothing here touches MLX.
-    def prepare(
-        self,
-        text: Any,
-        voice: Any = None,
-        ref_text: Any = None,
-        instructions: Any = None,
-        language: Any = None,
-        **sampling: Any,
-    ) -> MossNanoRequest:
-        del ref_text  # cloning uses the audio alone
-        check_text(text)
-        if instructions is not None:
+    def prepare(self, asked: SpeechInput) -> MossNanoRequest:
+        """Cloning uses the audio alone: ``ref_text`` is not needed."""
+        if asked.instructions is not None:
             raise InvalidRequest(
                 "instructions", "MOSS-TTS-Nano does not take instructions; leave them out"
             )
-        check_language(language, ("auto",), "MOSS-TTS-Nano")
-        options = parse_sampling(sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
+        check_language(asked.language, ("auto",), "MOSS-TTS-Nano")
+        options = parse_sampling(asked.sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
             self._model.tokenizer,
-            lightweight_normalize_text(text),
+            lightweight_normalize_text(asked.text),
             max_tokens=MAX_TEXT_TOKENS_PER_SEGMENT,
         )
         return MossNanoRequest(
             segments=segments,
-            reference=self._reference(voice),
+            reference=self._reference(asked.voice),
             sampling=_frame_sampling(options),
             seed=options.seed,
         )

@@ -21,9 +21,10 @@ import numpy as np
 from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
+from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
-from ..fields import check_instructions, check_language, check_ref_text, check_text
+from ..fields import check_language
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import last_warning, load_quietly
@@ -48,9 +49,8 @@ class Qwen3Request:
     seed: int
 
 
-class Qwen3Service:
+class Qwen3Service(SpeechService):
     name = FAMILY
-    streaming = "incremental"
 
     def __init__(self, model):
         self._model = model
@@ -72,24 +72,11 @@ class Qwen3Service:
             max_new_tokens=min(options["max_tokens"], MAX_FRAMES),
         )
 
-    def stats(self) -> dict[str, int]:
-        return {}
-
     # Caller's thread: nothing here touches MLX.
-    def prepare(
-        self,
-        text: Any,
-        voice: Any = None,
-        ref_text: Any = None,
-        instructions: Any = None,
-        language: Any = None,
-        **sampling: Any,
-    ) -> Qwen3Request:
-        check_text(text)
-        check_instructions(instructions)
-        check_ref_text(ref_text)
-        options = parse_sampling(sampling, self._defaults, MAX_FRAMES)
-        speaker, reference, ref_text = self._voice(voice, ref_text)
+    def prepare(self, asked: SpeechInput) -> Qwen3Request:
+        text, instructions = asked.text, asked.instructions
+        options = parse_sampling(asked.sampling, self._defaults, MAX_FRAMES)
+        speaker, reference, ref_text = self._voice(asked.voice, asked.ref_text)
         self._check_instructions(instructions)
         if reference is not None:
             penalty = max(options.repetition_penalty, ICL_MIN_REPETITION_PENALTY)
@@ -102,7 +89,7 @@ class Qwen3Service:
             segments=lines if plain_base else [text],
             speaker=speaker,
             instructions=instructions,
-            language=check_language(language, self.languages, "Qwen3-TTS"),
+            language=check_language(asked.language, self.languages, "Qwen3-TTS"),
             reference=reference,
             ref_text=ref_text,
             sampling=Sampling(

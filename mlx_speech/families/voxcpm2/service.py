@@ -20,9 +20,10 @@ import numpy as np
 
 from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
+from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
-from ..fields import check_instructions, check_language, check_ref_text, check_text
+from ..fields import check_language
 from ..global_random import GlobalRandomKey
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import load_quietly
@@ -45,14 +46,12 @@ class VoxCPM2Request:
     seed: int
 
 
-class VoxCPM2Service:
+class VoxCPM2Service(SpeechService):
     name = FAMILY
-    voices: tuple[str, ...] = ()
     voice_hint = (
         "not a saved voice, and VoxCPM2 has no presets; pass 'default', a saved "
         "voice name or a reference clip, or describe a voice in instructions"
     )
-    streaming = "incremental"
 
     def __init__(self, model):
         self._model = model
@@ -66,37 +65,24 @@ class VoxCPM2Service:
             self.sample_rate // model._encode_sample_rate
         )
 
-    def stats(self) -> dict[str, int]:
-        return {}
-
     # Caller's thread: nothing here touches MLX.
-    def prepare(
-        self,
-        text: Any,
-        voice: Any = None,
-        ref_text: Any = None,
-        instructions: Any = None,
-        language: Any = None,
-        **sampling: Any,
-    ) -> VoxCPM2Request:
-        check_text(text)
-        check_ref_text(ref_text)
-        check_instructions(instructions)
-        if instructions is not None:
-            text = f"({instructions}){text}"
-        check_language(language, ("auto",), "VoxCPM2")
+    def prepare(self, asked: SpeechInput) -> VoxCPM2Request:
+        text = asked.text
+        if asked.instructions is not None:
+            text = f"({asked.instructions}){text}"
+        check_language(asked.language, ("auto",), "VoxCPM2")
         for name in NOT_APPLICABLE:
-            if sampling.get(name) is not None:
+            if asked.sampling.get(name) is not None:
                 raise InvalidRequest(
                     name,
                     f"VoxCPM2 generates audio by diffusion and has no {name}; "
                     "leave it out (seed and max_new_tokens apply)",
                 )
         defaults = SamplingOptions(0.0, 1.0, 0, 1.0, DEFAULT_PATCHES)
-        options = parse_sampling(sampling, defaults, MAX_PATCHES)
+        options = parse_sampling(asked.sampling, defaults, MAX_PATCHES)
         return VoxCPM2Request(
             text=text,
-            reference=self._reference(voice),
+            reference=self._reference(asked.voice),
             settings=Settings(max_patches=options.max_new_tokens),
             seed=options.seed,
         )
