@@ -9,8 +9,8 @@ import pytest
 from mlx_audio.tts.models.moss_tts_nano.config import GPT2Config
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import GPT2Model, KVCache
 
+from mlx_speech.families.moss_nano.forward import LocalPass, forward_rows
 from mlx_speech.families.moss_nano.kv_cache import block_caches
-from mlx_speech.families.moss_nano.loop import _forward_rows, _LocalPass
 
 VARIANTS = {
     "rope": {},
@@ -34,7 +34,7 @@ def test_local_pass_equals_the_module_step_by_step(variant):
     transformer = _transformer(1, **VARIANTS[variant])
     rows = mx.random.normal((3, 6, 48))  # 3 jobs, 6 positions
     cache = [KVCache() for _ in transformer.h]
-    local = _LocalPass(transformer, positions=6)
+    local = LocalPass(transformer, positions=6)
     for position in range(6):
         theirs = transformer(inputs_embeds=rows[:, position : position + 1], cache=cache)
         ours = local(rows[:, position])
@@ -52,7 +52,7 @@ def test_forward_rows_equals_the_module_per_job(variant):
     ours_caches = [block_caches(len(transformer.h)) for _ in lengths]
     for round_ in range(3):
         inputs = prompts if round_ == 0 else [mx.random.normal((1, 1, 48)) for _ in lengths]
-        ours = _forward_rows(transformer, inputs, ours_caches)
+        ours = forward_rows(transformer, inputs, ours_caches)
         for job, rows in enumerate(inputs):
             theirs = transformer(inputs_embeds=rows, cache=theirs_caches[job])
             assert mx.array_equal(ours[job], theirs[0, -1]).item(), (round_, job)

@@ -13,25 +13,14 @@ token was audio-end ever reaches the decoder.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
-from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask
 
-from .blocks import (
-    attention_inputs,
-    attention_inputs_compiled,
-    block_output,
-    block_output_compiled,
-    linear,
-    local_step,
-    local_step_compiled,
-    settings,
-)
+from .blocks import linear
+from .forward import LocalPass, forward_rows
 from .kv_cache import BlockKVCache, block_caches
 from .row_products import RowProducts
 from .sampling import (
@@ -124,7 +113,7 @@ def step(
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
     lone = row_products if len(jobs) == 1 else None
     hidden = _global_hidden(model, jobs, lone)
-    local = _LocalPass(model.local_transformer, positions=config.n_vq + 1, product=lone)
+    local = LocalPass(model.local_transformer, positions=config.n_vq + 1, product=lone)
     head = lone or linear
     going = _going_on(model, jobs, local(hidden))
     for index, job in enumerate(jobs):
@@ -166,147 +155,10 @@ def _global_hidden(
         inputs = [jobs[index].inputs for index in group]
         caches = [jobs[index].cache for index in group]
         product = row_products if group is single_rows else None
-        last = _forward_rows(model.transformer, inputs, caches, product)
+        last = forward_rows(model.transformer, inputs, caches, product)
         for position, index in enumerate(group):
             hidden[index] = last[position]
     return mx.stack(hidden)
-
-
-def _forward_rows(
-    transformer,
-    inputs: list[mx.array],
-    caches: list[list[BlockKVCache]],
-    row_products: RowProducts | None = None,
-) -> mx.array:
-    """mlx-audio's GPT-2 forward for several jobs' new rows (``[1, rows,
-    width]`` each), laid end to end → each job's last hidden state.
-
-    Everything but attention runs on all rows at once and works row by row;
-    each job attends over its own cache from its own position, as mlx-audio
-    computes it for that job alone. One row per job is the frame step: its
-    row-wise parts run compiled (their shapes repeat every frame), and its
-    attention needs no mask (one query sees every key). Prompts of any length
-    run uncompiled, so they leave no compiled variants behind, as does a lone
-    row whose products go through ``row_products``.
-    """
-    lengths = [rows.shape[1] for rows in inputs]
-    offsets = [cache[0].offset for cache in caches]
-    spans = list(itertools.pairwise(itertools.accumulate(lengths, initial=0)))
-    x = mx.concatenate(inputs, axis=1)
-    if transformer.wpe is not None:
-        positions = [mx.arange(o, o + n) for o, n in zip(offsets, lengths, strict=True)]
-        x = x + transformer.wpe(mx.concatenate(positions))
-    single_rows = all(n == 1 for n in lengths)
-    if row_products is not None:
-        inputs_of = partial(attention_inputs, product=row_products)
-        output_of = partial(block_output, product=row_products)
-    elif single_rows:
-        inputs_of, output_of = attention_inputs_compiled, block_output_compiled
-    else:
-        inputs_of, output_of = attention_inputs, block_output
-    first = transformer.h[0].attn
-    rotation = None
-    if first.rotary_emb is not None:
-        rotation = _rotation(first.rotary_emb, offsets, lengths)
-    masks = [
-        None if single_rows else _causal_additive_mask(n, o + n, x.dtype)
-        for o, n in zip(offsets, lengths, strict=True)
-    ]
-    for layer, block in enumerate(transformer.h):
-        shape = settings(block)
-        queries, keys, values = inputs_of(block, x, rotation, shape.heads, shape.eps)
-        if len(spans) == 1:
-            attended = _attend(
-                caches[0][layer], queries, keys, values, scale=shape.scale, mask=masks[0]
-            )
-        else:
-            attended = mx.concatenate(
-                [
-                    _attend(
-                        cache[layer],
-                        *(part[:, start:end] for part in (queries, keys, values)),
-                        scale=shape.scale,
-                        mask=mask,
-                    )
-                    for (start, end), cache, mask in zip(spans, caches, masks, strict=True)
-                ],
-                axis=1,
-            )
-        x = output_of(block, x, attended, shape.eps, shape.activation)
-    return transformer.ln_f(x[0, mx.array([end - 1 for _, end in spans])])
-
-
-def _attend(
-    cache: BlockKVCache,
-    queries: mx.array,
-    keys: mx.array,
-    values: mx.array,
-    *,
-    scale: float,
-    mask: mx.array | None,
-) -> mx.array:
-    """One job's rows (``[1, rows, heads, head_dim]``) attending over its
-    cache, which they join → ``[1, rows, width]``."""
-    history_keys, history_values = cache.update_and_fetch(
-        keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
-    )
-    attended = mx.fast.scaled_dot_product_attention(
-        queries.transpose(0, 2, 1, 3), history_keys, history_values, scale=scale, mask=mask
-    )
-    return attended.transpose(0, 2, 1, 3).reshape(1, queries.shape[1], -1)
-
-
-def _rotation(rotary, offsets: list[int], lengths: list[int]) -> tuple[mx.array, mx.array]:
-    """RoPE cos and sin at every row's position (each job counting from its
-    own offset), as mlx-audio computes them, shaped ``[1, rows, 1, head_dim]``;
-    the same for every layer."""
-    positions = mx.concatenate(
-        [
-            mx.arange(o, o + n, dtype=mx.float32)
-            for o, n in zip(offsets, lengths, strict=True)
-        ]
-    )
-    inverse = 1.0 / (
-        rotary.base ** (mx.arange(0, rotary.dim, 2, dtype=mx.float32) / rotary.dim)
-    )
-    angles = positions[:, None] * inverse[None, :]
-    cos = mx.repeat(mx.cos(angles), 2, axis=-1)[None, :, None, :]
-    sin = mx.repeat(mx.sin(angles), 2, axis=-1)[None, :, None, :]
-    return cos, sin
-
-
-class _LocalPass:
-    """The local transformer over one frame, a position per call, for all
-    jobs side by side."""
-
-    def __init__(self, transformer, positions: int, product: RowProducts | None = None):
-        self._transformer = transformer
-        self._product = product
-        self._blocks = tuple(settings(block) for block in transformer.h)
-        rotary = transformer.h[0].attn.rotary_emb
-        self._rotations = None if rotary is None else _rotation(rotary, [0], [positions])
-        self._caches: list[tuple[mx.array, mx.array]] = []
-        self._position = 0
-
-    def __call__(self, rows: mx.array) -> mx.array:
-        """``[jobs, width]`` at the next position → hidden states, the same shape."""
-        x = rows[:, None, :]
-        if self._transformer.wpe is not None:
-            x = x + self._transformer.wpe(mx.array([self._position]))
-        arguments = (
-            self._transformer,
-            x,
-            self._caches,
-            self._rotations,
-            self._blocks,
-            self._transformer.ln_f.eps,
-        )
-        if self._product is None:
-            hidden, self._caches = local_step_compiled(*arguments)
-        else:
-            hidden, self._caches = local_step(*arguments, product=self._product)
-        self._position += 1
-        return hidden[:, -1, :]
 
 
 def _going_on(model: Model, jobs: list[FrameJob], local_hidden: mx.array) -> list[bool]:
