@@ -7,9 +7,9 @@ and they resume with their results in the next round. A job that is parked
 (its reader is not reading) or cancelled simply does not join.
 
 A job may also hand over work whose result is its next output (a chunk of
-audio to decode) as a ``Later``. The batches holding such work are flushed
-first, and each output is published the moment it is produced, so a chunk
-reaches its reader before the next frames are computed.
+audio to decode) as a ``DeferredOutput``. The batches holding such work are
+flushed first, and each output is published the moment it is produced, so a
+chunk reaches its reader before the next frames are computed.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Batch(Protocol):
 _UNSET = object()
 
 
-class Later:
+class DeferredOutput:
     """An output that ``batch`` produces at its next flush."""
 
     def __init__(self, batch: Batch):
@@ -73,7 +73,8 @@ class Later:
 @dataclass(frozen=True)
 class Pending:
     """Yielded by a job that submitted work to ``batch``, with an output to
-    publish meanwhile if it has one (a ``Later`` is published once produced)."""
+    publish meanwhile if it has one (a ``DeferredOutput`` is published once
+    produced)."""
 
     batch: Batch
     output: Any = None

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .batching import Later, Pending
+from .batching import DeferredOutput, Pending
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -74,7 +74,7 @@ class Job:
         except Exception as error:  # noqa: BLE001 - every failure goes to the consumer
             item = Failure(error)
         if isinstance(item, Pending):
-            if isinstance(item.output, Later):
+            if isinstance(item.output, DeferredOutput):
                 self._pending = item.output
                 item.output.when_done(self._deliver)
             elif item.output is not None:
@@ -94,7 +94,7 @@ class Job:
 
     def _publish(self) -> bool:
         item = self._pending
-        if isinstance(item, Later):
+        if isinstance(item, DeferredOutput):
             if not item.done:
                 return False
             try:

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .job import END, Failure, Job
 
-if TYPE_CHECKING:
-    from .worker import Engine
+
+class JobRunner(Protocol):
+    """What a stream needs of the engine (``worker.Engine`` is one)."""
+
+    def submit(self, job: Job) -> None:
+        """Queue the job on the worker."""
+
+    def notify(self) -> None:
+        """A queue slot was freed or the job cancelled: re-check the jobs."""
 
 
 class ChunkStream:
@@ -21,7 +28,7 @@ class ChunkStream:
     frame boundary.
     """
 
-    def __init__(self, engine: Engine, start: Callable[[], Iterator[Any]]):
+    def __init__(self, engine: JobRunner, start: Callable[[], Iterator[Any]]):
         self._engine = engine
         self._job = Job(start)
         self._started = False

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import mlx.core as mx
 
-from .batching import Batch, Later
+from .batching import Batch, DeferredOutput
 from .job import Job, log
 from .stream import ChunkStream
 
@@ -142,7 +142,7 @@ class Engine:
             pending = job.advance()
             if pending is None:
                 continue
-            if isinstance(pending.output, Later):
+            if isinstance(pending.output, DeferredOutput):
                 producing[id(pending.output.batch)] = pending.output.batch
             stepping[id(pending.batch)] = pending.batch
         for key, batch in producing.items():

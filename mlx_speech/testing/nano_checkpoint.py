@@ -259,8 +259,8 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
         projections.append((text_hidden[0] @ direction).item())
         return [True] * len(jobs)
 
-    stop_decision = loop._going_on
-    loop._going_on = record_and_go_on
+    stop_decision = loop._text_head_continues
+    loop._text_head_continues = record_and_go_on
     sampled = HeadSampler(0.8, 25, 0.95)
     sampling = loop.FrameSampling(
         text=sampled, audio=sampled, repetition_penalty=1.2, max_frames=32
@@ -272,7 +272,7 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
         for _ in loop.frames(model, prompt, sampling, KeySequence(0)):
             pass
     finally:
-        loop._going_on = stop_decision
+        loop._text_head_continues = stop_decision
     typical = float(np.median(projections[1:]))
     return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 

@@ -3,19 +3,16 @@ loaded through the real registry and worker."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 import mlx_speech
-from mlx_speech.testing.nano_checkpoint import build_nano_checkpoint  # noqa: E402
-from mlx_speech.testing.qwen3_checkpoint import build_qwen3_checkpoint  # noqa: E402
-from mlx_speech.testing.voxcpm2_checkpoint import build_voxcpm2_checkpoint  # noqa: E402
+from mlx_speech.testing.nano_checkpoint import build_nano_checkpoint
+from mlx_speech.testing.qwen3_checkpoint import build_qwen3_checkpoint
+from mlx_speech.testing.voxcpm2_checkpoint import build_voxcpm2_checkpoint
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,12 @@ import time
 import anyio
 import numpy as np
 import pytest
-from idle import wait_until_idle
 
 from mlx_speech.audio import Audio
 from mlx_speech.engine import Engine
 from mlx_speech.http.adapter import AudioResponse, Delivery
 from mlx_speech.http.metrics import Metrics
+from tests.tts.support.idle import wait_until_idle
 
 
 def _endless_job(progress: list[int]):

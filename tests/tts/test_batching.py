@@ -11,12 +11,12 @@ from dataclasses import replace
 import httpx
 import numpy as np
 import pytest
-from interleave import read_in_turn
-from server_harness import RunningServer
 
 from mlx_speech.engine import Engine, shared_engine
-from mlx_speech.engine.batching import Later, Pending
+from mlx_speech.engine.batching import DeferredOutput, Pending
 from mlx_speech.server import ServerSettings
+from tests.tts.support.interleave import read_in_turn
+from tests.tts.support.server import RunningServer
 
 TEXTS = [
     "Hello there.",
@@ -226,7 +226,7 @@ def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir, monkeypatch
     def broken(model, jobs, text_hidden):
         raise RuntimeError("the frame step broke")
 
-    monkeypatch.setattr(loop, "_going_on", broken)
+    monkeypatch.setattr(loop, "_text_head_continues", broken)
     for stream in streams:
         with pytest.raises(RuntimeError, match="frame step broke"):
             list(stream)
@@ -312,11 +312,11 @@ class _Producing:
     """A batch whose flush produces the outputs handed to it."""
 
     def __init__(self, fail: bool = False):
-        self.waiting: list[Later] = []
+        self.waiting: list[DeferredOutput] = []
         self.fail = fail
 
-    def make(self) -> Later:
-        later = Later(self)
+    def make(self) -> DeferredOutput:
+        later = DeferredOutput(self)
         self.waiting.append(later)
         return later
 
@@ -385,7 +385,7 @@ def test_each_output_is_published_as_soon_as_it_is_produced():
 
     class TwoDecodes:
         def __init__(self):
-            self.waiting: list[tuple[Later, str]] = []
+            self.waiting: list[tuple[DeferredOutput, str]] = []
 
         def flush(self, max_batch):
             (first, first_value), (second, second_value) = self.waiting
@@ -403,7 +403,7 @@ def test_each_output_is_published_as_soon_as_it_is_produced():
             started.append(name)
             while len(started) < 2:  # both hand over their work in the same round
                 yield None
-            later = Later(producing)
+            later = DeferredOutput(producing)
             producing.waiting.append((later, name))
             yield Pending(producing, later)
 

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import soundfile
 
-MLX_SPEECH = shutil.which("mlx-speech") or str(Path(sys.executable).parent / "mlx-speech")
-
-
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [MLX_SPEECH, *args], input=stdin, capture_output=True, text=True, timeout=300
-    )
+from tests.tts.support.cli import MLX_SPEECH, run
 
 
 def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):

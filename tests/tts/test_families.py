@@ -11,13 +11,13 @@ import threading
 import mlx.core as mx
 import numpy as np
 import pytest
-from idle import wait_until_idle
-from interleave import read_in_turn
 from mlx_audio.tts.utils import load_model
 
 import mlx_speech
 from mlx_speech.testing.qwen3_checkpoint import SAMPLES_PER_FRAME, build_qwen3_checkpoint
 from mlx_speech.testing.voxcpm2_checkpoint import build_voxcpm2_checkpoint
+from tests.tts.support.idle import wait_until_idle
+from tests.tts.support.interleave import read_in_turn
 
 TEXT = "Hello world. This is a test."
 QWEN_OPTIONS = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05}

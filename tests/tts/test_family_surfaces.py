@@ -10,11 +10,11 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
-from server_harness import RunningServer
-from test_cli import run
 
 from mlx_speech.server import ServerSettings
 from mlx_speech.testing.qwen3_checkpoint import SAMPLES_PER_FRAME
+from tests.tts.support.cli import run
+from tests.tts.support.server import RunningServer
 
 TEXT = "Hello world."
 CHECKPOINTS = ["custom_voice", "voice_design", "base", "voxcpm2"]

@@ -14,12 +14,12 @@ import miniaudio
 import numpy as np
 import pytest
 import soundfile
-from idle import wait_until_idle
-from server_harness import RunningServer
 
 import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.server import ServerSettings
+from tests.tts.support.idle import wait_until_idle
+from tests.tts.support.server import RunningServer
 
 FRAME = 960  # samples per frame of the tiny codec at 48 kHz
 

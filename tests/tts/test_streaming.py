@@ -9,11 +9,11 @@ import time
 import mlx.core as mx
 import numpy as np
 import pytest
-from idle import wait_until_idle
 
 import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.pcm import to_pcm16
+from tests.tts.support.idle import wait_until_idle
 
 TEXT = "A longer text. With two sentences, and a third clause."
 

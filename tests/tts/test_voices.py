@@ -14,12 +14,12 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
-from server_harness import RunningServer
 
 import mlx_speech
 from mlx_speech.errors import InvalidRequest
 from mlx_speech.server import ServerSettings
 from mlx_speech.voice_store import VoiceExists, VoiceStore
+from tests.tts.support.server import RunningServer
 
 FRAME = 960
 
@@ -37,6 +37,14 @@ def clip_bytes(seconds: float, rate: int = 24000, fmt: str = "WAV", seed: int = 
     return buffer.getvalue()
 
 
+def _wait_for_stored_codes(voice, timeout: float = 10.0) -> None:
+    """Codes are written off the request's path, moments after the encode."""
+    deadline = time.monotonic() + timeout
+    while not list(voice.folder.glob("codes-*.npy")):
+        assert time.monotonic() < deadline, f"no stored codes for {voice.name}"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def voices_tts(speaking_dir, tmp_path):
     return mlx_speech.load(speaking_dir, voices_dir=tmp_path / "voices")
@@ -51,7 +59,7 @@ def test_a_saved_voice_is_encoded_once_then_reuses_its_stored_codes(
     before = voices_tts.stats()
     first = voices_tts.speak("Hello there.", voice="narrator", seed=3, max_new_tokens=6)
     assert voices_tts.stats()["reference_encodes"] == before["reference_encodes"] + 1
-    assert list(voice.folder.glob("codes-*.npy"))
+    _wait_for_stored_codes(voice)
     second = voices_tts.speak("Hello there.", voice="narrator", seed=3, max_new_tokens=6)
     after = voices_tts.stats()
     assert after["reference_encodes"] == before["reference_encodes"] + 1  # no encoder work
@@ -71,7 +79,7 @@ def test_a_saved_voice_first_met_in_the_cache_still_stores_its_codes(
     encodes = voices_tts.stats()["reference_encodes"]
     voices_tts.speak("Hi.", voice="echo", seed=1, max_new_tokens=2)
     assert voices_tts.stats()["reference_encodes"] == encodes
-    assert list(voice.folder.glob("codes-*.npy"))
+    _wait_for_stored_codes(voice)
 
 
 def test_the_same_clip_in_any_form_hits_the_cache_with_identical_results(
@@ -310,7 +318,7 @@ def test_killed_writer_leaves_the_store_consistent(tmp_path):
 
 
 def test_cli_manages_the_same_directory(tmp_path, speaking_dir):
-    from test_cli import run
+    from tests.tts.support.cli import run
 
     directory = str(tmp_path / "voices")
     clip = tmp_path / "clip.flac"

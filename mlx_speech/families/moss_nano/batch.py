@@ -3,8 +3,8 @@
 ``FrameBatch``: each request submits its ``FrameJob`` and yields
 ``Pending(batch)``; the worker steps the jobs together in groups of at most
 ``max_batch``. ``CodecBatch``: a request hands over the frames of its next
-chunk and gets a ``Later`` that the flush fills with the chunk's audio; the
-frames of all requests due for audio are decoded in one pass.
+chunk and gets a ``DeferredOutput`` that the flush fills with the chunk's
+audio; the frames of all requests due for audio are decoded in one pass.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import mlx.core as mx
 from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.tts.models.moss_tts_nano import Model
 
-from ...engine.batching import Later
+from ...engine.batching import DeferredOutput
 from ..chunks import finite_audio
 from .codec import DecoderState, decode_together, mono
 from .loop import FrameJob, step
@@ -51,11 +51,11 @@ class CodecBatch:
         self._codec = codec
         self._n_vq = n_vq
         self._sample_rate = int(codec.sample_rate)
-        self._waiting: list[tuple[DecoderState, list[mx.array], Later]] = []
+        self._waiting: list[tuple[DecoderState, list[mx.array], DeferredOutput]] = []
 
-    def decode(self, state: DecoderState, frames: list[mx.array]) -> Later:
+    def decode(self, state: DecoderState, frames: list[mx.array]) -> DeferredOutput:
         """The ``Audio`` of ``frames``, once flushed."""
-        chunk = Later(self)
+        chunk = DeferredOutput(self)
         self._waiting.append((state, frames, chunk))
         return chunk
 

@@ -68,7 +68,7 @@ def attention_inputs(
     rotated when the block uses RoPE."""
     normed = mx.fast.layer_norm(x, block["ln_1"]["weight"], block["ln_1"]["bias"], eps)
     qkv = _apply(product, block["attn"]["c_attn"], normed)
-    return _glue(product, _split_heads)(qkv, rotation, heads)
+    return _between_products(product, _split_heads)(qkv, rotation, heads)
 
 
 def _split_heads(
@@ -97,9 +97,9 @@ def block_output(
     width]``): ``c_proj`` and the residual, then ``ln_2``, the MLP and its
     residual."""
     projected = _apply(product, block["attn"]["c_proj"], attended)
-    x, normed = _glue(product, _add_and_norm)(x, projected, block["ln_2"], eps)
+    x, normed = _between_products(product, _add_and_norm)(x, projected, block["ln_2"], eps)
     inner = _apply(product, block["mlp"]["fc_in"], normed)
-    inner = _glue(product, _activate)(inner, activation)
+    inner = _between_products(product, _activate)(inner, activation)
     return x + _apply(product, block["mlp"]["fc_out"], inner)
 
 
@@ -138,7 +138,7 @@ def local_step(
         heads, scale, eps, activation = shape
         queries, keys, values = attention_inputs(block, x, rotation, heads, eps, product)
         history = caches[layer] if caches else None
-        attended, kept = _glue(product, _attend_position)(
+        attended, kept = _between_products(product, _attend_position)(
             queries, keys, values, history, scale
         )
         grown.append(kept)
@@ -175,11 +175,11 @@ def _apply(product: Product, layer, x: mx.array) -> mx.array:
     return product(x, layer["weight"], layer.get("bias"))
 
 
-def _glue(product: Product, piece: Callable) -> Callable:
+def _between_products(product: Product, piece: Callable) -> Callable:
     """``piece`` (the work between two products) as is while the products are
     MLX's, traced with the rest of a compiled step; compiled on its own when
     they run outside MLX's graph, each piece then being a graph of its own."""
-    return piece if product is linear else _COMPILED_GLUE[piece]
+    return piece if product is linear else _COMPILED_BETWEEN_PRODUCTS[piece]
 
 
 def _activate(x: mx.array, name: str) -> mx.array:
@@ -190,7 +190,7 @@ def _activate(x: mx.array, name: str) -> mx.array:
     return nn.gelu(x)
 
 
-_COMPILED_GLUE = {
+_COMPILED_BETWEEN_PRODUCTS = {
     piece: mx.compile(piece)
     for piece in (_split_heads, _add_and_norm, _activate, _attend_position)
 }

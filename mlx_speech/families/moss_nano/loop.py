@@ -115,7 +115,7 @@ def step(
     hidden = _global_hidden(model, jobs, lone)
     local = LocalPass(model.local_transformer, positions=config.n_vq + 1, product=lone)
     head = lone or linear
-    going = _going_on(model, jobs, local(hidden))
+    going = _text_head_continues(model, jobs, local(hidden))
     for index, job in enumerate(jobs):
         job.frame = None
         job.stopped = not going[index]
@@ -161,7 +161,9 @@ def _global_hidden(
     return mx.stack(hidden)
 
 
-def _going_on(model: Model, jobs: list[FrameJob], local_hidden: mx.array) -> list[bool]:
+def _text_head_continues(
+    model: Model, jobs: list[FrameJob], local_hidden: mx.array
+) -> list[bool]:
     """Each job's text-head choice; the frame's one host sync."""
     config = model.config
     candidates = mx.array(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from mlx_audio.tts.models.moss_tts_nano.text import (
 from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
-from ...engine.batching import Later, Pending
+from ...engine.batching import DeferredOutput, Pending
 from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
@@ -103,6 +104,7 @@ class MossNanoService(SpeechService):
         )
         self._encodes = 0
         self._saved_voice_hits = 0
+        self._code_writer = ThreadPoolExecutor(1, thread_name_prefix="mlx-speech-codes")
         self.sample_rate = int(codec.sample_rate)
         self.samples_per_frame = samples_per_frame(codec)
 
@@ -156,7 +158,7 @@ class MossNanoService(SpeechService):
         key = content_key(samples)
         codes = self._references.get(key)
         if saved is not None and codes is not None:
-            saved.save_codes(self._codec_id, codes)
+            self._store_codes(saved, codes)
         return Reference(samples, codes, key, saved)
 
     # Worker thread.
@@ -172,7 +174,7 @@ class MossNanoService(SpeechService):
         decoder = DecoderState(self._codec)
         schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
         gathered: list[mx.array] = []
-        chunk: Later | None = None
+        chunk: DeferredOutput | None = None
         for segment in request.segments:
             cache, rows = self._prefilled(
                 self._prompt(segment, reference_codes), reference_codes, prefix_key
@@ -204,8 +206,13 @@ class MossNanoService(SpeechService):
         self._encodes += 1
         self._references.put(reference.key, codes, codes.nbytes)
         if reference.saved is not None:
-            reference.saved.save_codes(self._codec_id, codes)
+            self._store_codes(reference.saved, codes)
         return codes
+
+    def _store_codes(self, voice: SavedVoice, codes: np.ndarray) -> None:
+        """Written (and fsynced) on the writer thread: neither the MLX worker
+        nor a caller waits for the disk."""
+        self._code_writer.submit(voice.save_codes, self._codec_id, codes)
 
     def _prompt(self, segment: str, reference_codes: mx.array | None) -> mx.array:
         input_ids, _ = self._model.build_inference_input_ids(
