@@ -90,6 +90,14 @@ def test_speak_clones_from_a_reference_file(speaking_dir, reference_clip, tmp_pa
             ["speak", "Hi", "--model", "{model}", "-o", "x.aac"],
             "unknown audio format 'aac'",
         ),
+        (
+            ["speak", "Hi", "--model", "{model}", "--voice", "nobody"],
+            "unknown voice 'nobody': not a saved voice",
+        ),
+        (
+            ["speak", "Hi", "--model", "{model}", "--ref-audio", "missing.wav"],
+            "reference audio 'missing.wav' could not be decoded",
+        ),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(speaking_dir, tmp_path, args, message):
@@ -99,7 +107,7 @@ def test_errors_are_one_line_and_exit_non_zero(speaking_dir, tmp_path, args, mes
     result = subprocess.run(
         [MLX_SPEECH, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
-    assert result.returncode != 0
+    assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
 
