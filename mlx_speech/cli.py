@@ -16,6 +16,7 @@ import numpy as np
 
 from . import DEFAULT_MODEL
 from .blas import active_blas, use_fast_blas
+from .errors import shown
 from .formats import FORMATS, format_for_path
 from .settings import ServerSettings
 
@@ -24,6 +25,13 @@ VOICES_DIR_HELP = (
     "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
     "~/Library/Application Support/mlx-speech/voices on macOS)"
 )
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error of the command."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -39,6 +47,17 @@ def _model_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"checkpoint directory or hub id (default: {DEFAULT_MODEL})",
     )
+
+
+# The sampling keywords (``SamplingOptions``), each a flag of ``speak``.
+SAMPLING_FLAGS = [
+    ("seed", int, "make sampling reproducible"),
+    ("temperature", float, "0 is greedy (default: the model's)"),
+    ("top_p", float, "nucleus filtering of audio tokens (default: the model's)"),
+    ("top_k", int, "top-k filtering of audio tokens (default: the model's)"),
+    ("repetition_penalty", float, "(default: the model's)"),
+    ("max_new_tokens", int, "audio frames per text segment (default: the model's)"),
+]
 
 
 def _speak_parser(commands) -> None:
@@ -79,11 +98,9 @@ def _speak_parser(commands) -> None:
         choices=list(FORMATS),
         help="container (default: from the output suffix)",
     )
-    speak.add_argument("--seed", type=int, default=None, help="make sampling reproducible")
-    speak.add_argument("--temperature", type=float, default=None, help="0 is greedy")
-    speak.add_argument(
-        "--max-new-tokens", type=int, default=None, help="audio frames per text segment"
-    )
+    for name, kind, text in SAMPLING_FLAGS:
+        flag = "--" + name.replace("_", "-")
+        speak.add_argument(flag, type=kind, default=None, help=text)
     speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
 
 
@@ -191,7 +208,11 @@ def _serve(args: argparse.Namespace) -> None:
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
     )
+    slot = app.state.slot
+    slot.on_failure = lambda error: setattr(server, "should_exit", True)
     _run_until_signalled(server)
+    if slot.error is not None:
+        raise RuntimeError(f"could not load the model: {slot.error}")
     if not server.started:
         raise RuntimeError(
             f"could not serve on {args.host}:{args.port} (see the log above)"
@@ -247,26 +268,51 @@ def _voices(args: argparse.Namespace) -> None:
             print(f"{voice.name}\t{voice.duration_s:.2f} s{text}")
     elif args.action == "add":
         try:
-            voice = store.add(args.name, Path(args.file).read_bytes(), args.ref_text)
+            voice = store.add(args.name, _read_clip(args.file), args.ref_text)
         except VoiceExists:
-            raise RuntimeError(f"a voice named {args.name!r} already exists") from None
+            raise RuntimeError(f"a voice named {shown(args.name)} already exists") from None
         print(f"saved {voice.name} ({voice.duration_s:.2f} s) in {store.directory}")
     else:
         try:
             store.remove(args.name)
         except UnknownVoice:
-            raise RuntimeError(f"no saved voice named {args.name!r}") from None
+            raise RuntimeError(f"no saved voice named {shown(args.name)}") from None
         print(f"removed {args.name}")
+
+
+def _read_clip(name: str) -> bytes:
+    """A clip file, read no further than the server would accept."""
+    limit = _setting("max_ref_bytes")
+    path = Path(name)
+    if not path.is_file():
+        raise RuntimeError(f"{shown(name)} is not an audio file")
+    with open(path, "rb") as handle:
+        clip = handle.read(limit + 1)
+    if len(clip) > limit:
+        raise RuntimeError(f"{shown(name)} is larger than {limit} bytes")
+    return clip
+
+
+def _speak_text(argument: str) -> str:
+    if argument != "-":
+        return argument
+    try:
+        return sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RuntimeError(
+            f"standard input is not UTF-8 text (byte {error.start})"
+        ) from None
 
 
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
     format_for_path(args.output, args.format)  # a bad name fails before any work
-    text = sys.stdin.read() if args.text == "-" else args.text
-    tts = mlx_speech.load(
-        args.model or DEFAULT_MODEL, voices_dir=args.voices_dir
-    )
+    if not Path(args.output).absolute().parent.is_dir():
+        raise RuntimeError(f"cannot write {args.output}: its directory does not exist")
+    text = _speak_text(args.text)
+    tts = mlx_speech.load(args.model or DEFAULT_MODEL, voices_dir=args.voices_dir)
+    sampling = {name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS}
     started = time.perf_counter()
     first_audio = None
     chunks = []
@@ -276,9 +322,7 @@ def _speak(args: argparse.Namespace) -> None:
         ref_text=args.ref_text,
         instructions=args.instructions,
         language=args.language,
-        seed=args.seed,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
+        **sampling,
     ):
         if first_audio is None:
             first_audio = time.perf_counter() - started
@@ -298,9 +342,7 @@ def _speak(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         use_fast_blas()
-    parser = argparse.ArgumentParser(
-        prog="mlx-speech", description="Local text-to-speech on MLX."
-    )
+    parser = _Parser(prog="mlx-speech", description="Local text-to-speech on MLX.")
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _speak_parser(commands)

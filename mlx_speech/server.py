@@ -15,17 +15,18 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .engine import ChunkStream, shared_engine
-from .errors import InvalidRequest
+from .errors import InvalidRequest, shown
 from .http.adapter import AudioResponse, Delivery
 from .http.auth import ApiKeyGuard
 from .http.bodies import read_json, read_voice_upload
 from .http.errors import ApiError
-from .http.metrics import Metrics
+from .http.metrics import CountedResponses, Metrics
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .settings import ServerSettings
 from .tts import TTS
@@ -46,6 +47,9 @@ class ModelSlot:
         self.name = model
         self.tts: TTS | None = None
         self.error: Exception | None = None
+        # Called (on the loading thread) when loading failed: a server with no
+        # model has nothing to serve, so ``mlx-speech serve`` stops.
+        self.on_failure: Callable[[Exception], None] | None = None
         self._thread = threading.Thread(
             target=self._load, args=(load, store), daemon=True
         )
@@ -61,6 +65,8 @@ class ModelSlot:
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
             self.error = error
             log.error("cannot load %s: %s", self.name, error)
+            if self.on_failure is not None:
+                self.on_failure(error)
             return
         log.info(
             "loaded %s (%s, %d Hz) in %.1f s",
@@ -148,13 +154,14 @@ async def add_voice(request: Request) -> Response:
     upload = await read_voice_upload(request, state.settings.max_ref_bytes)
     name = upload.name
     if name.lower() in {preset.lower() for preset in tts.voices}:
-        raise ApiError(409, f"{name!r} is a preset voice of this model", param="name")
+        message = f"{shown(name)} is a preset voice of this model"
+        raise ApiError(409, message, param="name")
     try:
         voice = await anyio.to_thread.run_sync(
             state.store.add, name, upload.clip, upload.ref_text
         )
     except VoiceExists:
-        message = f"a voice named {name!r} already exists"
+        message = f"a voice named {shown(name)} already exists"
         raise ApiError(409, message, param="name") from None
     except InvalidRequest as error:
         raise ApiError(400, str(error), param=error.param) from None
@@ -167,7 +174,8 @@ async def remove_voice(request: Request) -> Response:
     try:
         await anyio.to_thread.run_sync(request.app.state.store.remove, name)
     except UnknownVoice:
-        raise ApiError(404, f"no saved voice named {name!r}", param="name") from None
+        message = f"no saved voice named {shown(name)}"
+        raise ApiError(404, message, param="name") from None
     return Response(status_code=204)
 
 
@@ -186,9 +194,10 @@ async def models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     slot: ModelSlot = request.app.state.slot
+    if slot.error is not None:
+        return JSONResponse({"status": "failed", "error": str(slot.error)}, status_code=503)
     if slot.tts is None:
-        status = "failed" if slot.error else "loading"
-        return JSONResponse({"status": status}, status_code=503)
+        return JSONResponse({"status": "loading"}, status_code=503)
     return JSONResponse({"status": "ok", "model": slot.name})
 
 
@@ -215,18 +224,25 @@ ROUTES = [
 def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     """The app for ``settings``; ``load`` gives the model (in a background
     thread, once the app starts), sharing the app's one voice store."""
+    metrics = Metrics()
+    middleware = [Middleware(CountedResponses, metrics=metrics)]
+    if settings.api_key:
+        middleware.append(Middleware(ApiKeyGuard, api_key=settings.api_key))
     app = Starlette(
         routes=ROUTES,
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+        middleware=middleware,
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
         lifespan=_lifespan,
     )
     app.state.settings = settings
-    app.state.metrics = Metrics()
+    app.state.metrics = metrics
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
     app.state.slot = ModelSlot(settings.model, load, app.state.store)
-    if settings.api_key:
-        return ApiKeyGuard(app, settings.api_key, app.state.metrics)
     return app
 
 
@@ -246,10 +262,17 @@ async def _lifespan(app: Starlette):
 
 
 async def _api_error(request: Request, error: ApiError) -> Response:
-    request.app.state.metrics.response(error.status)
     return error.response()
 
 
 async def _http_error(request: Request, error: HTTPException) -> Response:
     message = "no such route" if error.status_code == 404 else str(error.detail)
-    return await _api_error(request, ApiError(error.status_code, message))
+    return ApiError(error.status_code, message).response()
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    """A bug, not a bad request: the JSON shape still, the traceback in the
+    log. Starlette answers it outside the middleware, so it is counted here."""
+    request.app.state.metrics.response(500)
+    message = "internal server error; the server log has the details"
+    return ApiError(500, message).response()

@@ -25,14 +25,13 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from .errors import InvalidRequest
+from .clip_rules import check_clip_header, check_ref_text, decoding_failure
+from .errors import InvalidRequest, shown
 
 log = logging.getLogger("mlx_speech.voices")
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 RESERVED_NAMES = {"default"}
-# How long a clip to clone may be, saved or sent with a request.
-MIN_CLIP_SECONDS, MAX_CLIP_SECONDS = 0.5, 30.0
 _PENDING_PREFIX = ".pending-"
 _DELETED_PREFIX = ".deleted-"
 
@@ -130,7 +129,7 @@ def validate_name(name: object) -> str:
             "name", "voice names are 1-64 of A-Z a-z 0-9 _ . - and do not start with '.'"
         )
     if name.lower() in RESERVED_NAMES:
-        raise InvalidRequest("name", f"{name!r} is reserved")
+        raise InvalidRequest("name", f"{shown(name)} is reserved")
     return name
 
 
@@ -140,15 +139,10 @@ def clip_duration(clip: bytes) -> tuple[float, str]:
         info = soundfile.info(io.BytesIO(clip))
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
         raise InvalidRequest(
-            "audio_sample", f"the clip could not be decoded: {error}"
+            "audio_sample", f"the clip could not be decoded: {decoding_failure(error)}"
         ) from None
     seconds = info.frames / info.samplerate if info.samplerate else 0.0
-    if not MIN_CLIP_SECONDS <= seconds <= MAX_CLIP_SECONDS:
-        raise InvalidRequest(
-            "audio_sample",
-            f"the clip is {seconds:.2f} s; voices need "
-            f"{MIN_CLIP_SECONDS}-{MAX_CLIP_SECONDS:g} s",
-        )
+    check_clip_header(seconds, info.channels, info.samplerate, "audio_sample")
     return seconds, info.format.lower()
 
 
@@ -200,21 +194,22 @@ class VoiceStore:
 
     def add(self, name: str, clip: bytes, ref_text: str | None = None) -> SavedVoice:
         name = validate_name(name)
-        if ref_text is not None and not isinstance(ref_text, str):
-            raise InvalidRequest("ref_text", "ref_text must be a string")
+        check_ref_text(ref_text)
         seconds, suffix = clip_duration(clip)
         root = self._ready()
         if (root / name).exists():
             raise VoiceExists(name)
         pending = root / f"{_PENDING_PREFIX}{secrets.token_hex(8)}"
         pending.mkdir()
+        voice = SavedVoice(
+            name, root / name, f"clip.{suffix}", ref_text, time.time(), seconds
+        )
         try:
-            clip_name = f"clip.{suffix}"
-            _write_file(pending / clip_name, clip)
+            _write_file(pending / voice.clip_name, clip)
             meta = {
-                "clip": clip_name,
+                "clip": voice.clip_name,
                 "ref_text": ref_text,
-                "created": time.time(),
+                "created": voice.created,
                 "duration_s": seconds,
             }
             _write_file(pending / "voice.json", json.dumps(meta).encode())
@@ -227,12 +222,15 @@ class VoiceStore:
         finally:
             if pending.exists():
                 shutil.rmtree(pending, ignore_errors=True)
-        return self.get(name)
+        return voice  # what was written: another request may delete it meanwhile
 
     def remove(self, name: str) -> None:
         voice = self.get(name)
         doomed = self.directory / f"{_DELETED_PREFIX}{secrets.token_hex(8)}"
-        os.rename(voice.folder, doomed)
+        try:
+            os.rename(voice.folder, doomed)
+        except FileNotFoundError:  # removed by another request meanwhile
+            raise UnknownVoice(name) from None
         _fsync_dir(self.directory)
         shutil.rmtree(doomed, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, shown
 from .voice_store import SavedVoice
 
 DEFAULT_VOICE = "default"
@@ -29,7 +29,7 @@ class UnknownVoiceName(InvalidRequest):
     """A name that is no preset, saved voice or (where allowed) audio file."""
 
     def __init__(self, name: str, hint: str):
-        super().__init__("voice", f"unknown voice {name!r}: {hint}")
+        super().__init__("voice", f"unknown voice {shown(name)}: {hint}")
         self.name = name
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..clip_rules import check_ref_text, check_unicode
+from ..errors import InvalidRequest, shown
 
 
 def check_text(text: Any) -> None:
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest("text", "text must be a non-empty string")
+    check_unicode("text", text)
 
 
 def check_instructions(instructions: Any) -> None:
@@ -19,11 +21,8 @@ def check_instructions(instructions: Any) -> None:
         not isinstance(instructions, str) or not instructions.strip()
     ):
         raise InvalidRequest("instructions", "instructions must be a non-empty string")
-
-
-def check_ref_text(ref_text: Any) -> None:
-    if ref_text is not None and not isinstance(ref_text, str):
-        raise InvalidRequest("ref_text", "ref_text must be a string")
+    if instructions is not None:
+        check_unicode("instructions", instructions)
 
 
 def check_language(language: Any, supported: tuple[str, ...], family: str) -> str:
@@ -38,7 +37,7 @@ def check_language(language: Any, supported: tuple[str, ...], family: str) -> st
         expected = f"{family} detects the language itself; language must be 'auto'"
     else:
         expected = f"language must be one of {', '.join(supported)}"
-    raise InvalidRequest("language", f"{expected}, got {language!r}")
+    raise InvalidRequest("language", f"{expected}, got {shown(language)}")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from numbers import Integral, Real
 from typing import Any
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, shown
 
 SEED_LIMIT = 2**63
 
@@ -23,15 +23,22 @@ class SamplingOptions:
     seed: int | None = None
 
 
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise InvalidRequest(name, f"{name} must be a finite number, got {value!r}")
-    return float(value)
+def finite_number(name: str, value: Any) -> float:
+    """``value`` as a float; anything else (bools, NaN, infinities, integers
+    too large for a float) is an ``InvalidRequest``."""
+    if not isinstance(value, bool) and isinstance(value, Real):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if math.isfinite(number):
+            return number
+    raise InvalidRequest(name, f"{name} must be a finite number, got {shown(value)}")
 
 
 def _integer(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise InvalidRequest(name, f"{name} must be an integer, got {value!r}")
+        raise InvalidRequest(name, f"{name} must be an integer, got {shown(value)}")
     return int(value)
 
 
@@ -48,12 +55,12 @@ def parse_sampling(
     given = {name: value for name, value in options.items() if value is not None}
     parsed = replace(defaults, **given)
 
-    temperature = _number("temperature", parsed.temperature)
+    temperature = finite_number("temperature", parsed.temperature)
     if temperature < 0:
         raise InvalidRequest(
             "temperature", f"temperature must be >= 0 (0 is greedy), got {temperature}"
         )
-    top_p = _number("top_p", parsed.top_p)
+    top_p = finite_number("top_p", parsed.top_p)
     if not 0 < top_p <= 1:
         raise InvalidRequest("top_p", f"top_p must be in (0, 1], got {top_p}")
     top_k = _integer("top_k", parsed.top_k)
@@ -61,7 +68,7 @@ def parse_sampling(
         raise InvalidRequest(
             "top_k", f"top_k must be >= 0 (0 keeps every token), got {top_k}"
         )
-    penalty = _number("repetition_penalty", parsed.repetition_penalty)
+    penalty = finite_number("repetition_penalty", parsed.repetition_penalty)
     if penalty <= 0:
         raise InvalidRequest(
             "repetition_penalty", f"repetition_penalty must be > 0, got {penalty}"

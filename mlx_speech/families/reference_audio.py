@@ -10,28 +10,46 @@ import numpy as np
 import soundfile
 from mlx_audio.utils import resample_audio
 
-from ..errors import InvalidRequest
-from ..voice_store import MAX_CLIP_SECONDS, MIN_CLIP_SECONDS, SavedVoice
+from ..clip_rules import (
+    MAX_CLIP_SECONDS,
+    MIN_CLIP_SECONDS,
+    check_clip_header,
+    decoding_failure,
+)
+from ..errors import InvalidRequest, shown
+from ..voice_store import SavedVoice
+
+HEADER_SLACK = 1.0  # seconds; the exact length is checked once decoded
+
+
+def _read_file(source: Any, described: str) -> tuple[np.ndarray, int]:
+    """A clip in a file or in bytes, refused by its header before it is decoded."""
+    try:
+        with soundfile.SoundFile(source) as clip:
+            seconds = clip.frames / clip.samplerate if clip.samplerate else 0.0
+            # Whole codec frames at the codec's rate are counted after decoding.
+            check_clip_header(
+                seconds, clip.channels, clip.samplerate, "voice", slack=HEADER_SLACK
+            )
+            frames = int((MAX_CLIP_SECONDS + HEADER_SLACK) * clip.samplerate)
+            return clip.read(frames, dtype="float32", always_2d=True), clip.samplerate
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, OSError) as error:
+        raise InvalidRequest(
+            "voice", f"{described} could not be decoded: {decoding_failure(error)}"
+        ) from None
 
 
 def _decode(source: Any) -> tuple[np.ndarray, int]:
-    """Path, bytes or (samples, sample_rate) → ([samples, channels] float32, rate)."""
+    """A saved voice, path, bytes or (samples, sample_rate) → ([samples,
+    channels] float32, rate)."""
+    if isinstance(source, SavedVoice):
+        return _read_file(
+            str(source.clip), f"the saved voice {source.name!r} (deleted meanwhile?)"
+        )
     if isinstance(source, (bytes, bytearray, memoryview)):
-        try:
-            data, rate = soundfile.read(io.BytesIO(source), dtype="float32", always_2d=True)
-        except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
-            raise InvalidRequest(
-                "voice", f"reference audio bytes could not be decoded: {error}"
-            ) from None
-        return data, rate
+        return _read_file(io.BytesIO(source), "reference audio bytes")
     if isinstance(source, (str, os.PathLike)):
-        try:
-            data, rate = soundfile.read(str(source), dtype="float32", always_2d=True)
-        except (soundfile.LibsndfileError, RuntimeError) as error:
-            raise InvalidRequest(
-                "voice", f"reference audio {str(source)!r} could not be decoded: {error}"
-            ) from None
-        return data, rate
+        return _read_file(str(source), f"reference audio {shown(str(source))}")
     if isinstance(source, tuple) and len(source) == 2:
         samples, rate = source
         if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
@@ -58,7 +76,9 @@ def _decode(source: Any) -> tuple[np.ndarray, int]:
 def load_reference(
     source: Any, *, sample_rate: int, channels: int, samples_per_frame: int
 ) -> np.ndarray:
-    """A clip ready for the codec: ``[samples, channels]`` float32 at ``sample_rate``.
+    """A clip to clone (as ``voices.resolve_voice`` gives it: a saved voice,
+    path, bytes or samples) ready for the codec: ``[samples, channels]``
+    float32 at ``sample_rate``.
 
     Its length, counted in whole codec frames, must be 0.5–30 s.
     """
@@ -82,16 +102,10 @@ def load_reference(
     return np.ascontiguousarray(data)
 
 
-def clip_of(voice: Any) -> Any:
-    """A clip to clone (as ``voices.resolve_voice`` gives it) as ``load_reference``
-    takes it: a saved voice by its stored clip."""
-    return voice.clip if isinstance(voice, SavedVoice) else voice
-
-
 def load_mono_reference(voice: Any, *, sample_rate: int, samples_per_frame: int):
     """The clip of ``voice`` as mono samples at ``sample_rate``."""
     samples = load_reference(
-        clip_of(voice),
+        voice,
         sample_rate=sample_rate,
         channels=1,
         samples_per_frame=samples_per_frame,

@@ -128,7 +128,6 @@ class AudioResponse:
                 "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
             }
         )
-        self._delivery.metrics.response(200)
 
     async def _deliver(self, scope: dict, send: Callable) -> None:
         try:
@@ -150,7 +149,6 @@ class AudioResponse:
         status = 400 if isinstance(error, ValueError) else 500
         log.warning("speech request failed before audio: %s", error)
         response = ApiError(status, str(error) or type(error).__name__).response()
-        self._delivery.metrics.response(status)
         await response(scope, None, send)
 
     async def _stream_audio(self, send: Callable, first: Any) -> None:

@@ -6,7 +6,6 @@ import hmac
 from collections.abc import Callable
 
 from .errors import ApiError
-from .metrics import Metrics
 
 OPEN_PATHS = ("/health",)
 
@@ -14,16 +13,14 @@ OPEN_PATHS = ("/health",)
 class ApiKeyGuard:
     """Every route but /health needs ``Authorization: Bearer KEY`` or ``x-api-key``."""
 
-    def __init__(self, app: Callable, api_key: str, metrics: Metrics):
+    def __init__(self, app: Callable, api_key: str):
         self._app = app
         self._key = api_key.encode()
-        self._metrics = metrics
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(scope):
             await self._app(scope, receive, send)
             return
-        self._metrics.response(401)
         error = ApiError(
             401, "a valid API key is required", headers={"www-authenticate": "Bearer"}
         )

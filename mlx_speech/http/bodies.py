@@ -45,7 +45,9 @@ async def read_json(request: Request, limit: int) -> Any:
             raise too_large
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except RecursionError:
+        raise ApiError(400, "the request body nests too deeply", param="body") from None
+    except ValueError as error:  # bad JSON or UTF-8, or an integer of 4,300+ digits
         raise ApiError(
             400, f"the request body is not valid JSON: {error}", param="body"
         ) from None

@@ -16,7 +16,22 @@ def read_local_media(uri: str, root: Path | None, max_bytes: int, param: str) ->
             "--allowed-local-media-path (send the clip base64 instead)",
             param=param,
         )
-    parsed = urlparse(uri)
+    try:
+        target = _allowed_file(uri, root, param)
+        with open(target, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except (ValueError, OSError):  # a NUL, a name too long, an unreadable file
+        raise ApiError(
+            400, f"{param}: not a readable file:// URI under the allowed directory",
+            param=param,
+        ) from None
+    if len(data) > max_bytes:
+        raise ApiError(413, f"{param} is larger than {max_bytes} bytes", param=param)
+    return data
+
+
+def _allowed_file(uri: str, root: Path, param: str) -> Path:
+    parsed = urlparse(uri)  # ValueError on a malformed authority
     if parsed.netloc not in ("", "localhost"):
         raise ApiError(400, f"{param}: file:// URIs must name a local path", param=param)
     # resolve() follows symlinks and "..", so what is checked is what is read.
@@ -29,6 +44,4 @@ def read_local_media(uri: str, root: Path | None, max_bytes: int, param: str) ->
         raise ApiError(
             400, f"{param}: no such file under the allowed directory", param=param
         )
-    if target.stat().st_size > max_bytes:
-        raise ApiError(413, f"{param} is larger than {max_bytes} bytes", param=param)
-    return target.read_bytes()
+    return target

@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from ..families.options import SamplingOptions
+from ..errors import InvalidRequest, shown
+from ..families.options import SamplingOptions, finite_number
 from ..formats import FORMATS
 from ..voice_store import SavedVoice
 from ..voices import DEFAULT_VOICE, UnknownVoiceName, resolve_voice
@@ -140,7 +139,7 @@ def _format(body: dict) -> str:
         supported = ", ".join(RESPONSE_FORMATS)
         raise _bad(
             "response_format",
-            f"response_format must be one of {supported}, got {response_format!r}",
+            f"response_format must be one of {supported}, got {shown(response_format)}",
         )
     return response_format
 
@@ -169,8 +168,10 @@ def _speed(body: dict) -> None:
     speed = body.get("speed")
     if speed is None:
         return
-    if isinstance(speed, bool) or not isinstance(speed, Real) or not math.isfinite(speed):
-        raise _bad("speed", "speed must be a number")
+    try:
+        speed = finite_number("speed", speed)
+    except InvalidRequest as error:
+        raise _bad("speed", str(error)) from None
     if not MIN_SPEED <= speed <= MAX_SPEED:
         raise _bad("speed", f"speed must be in {MIN_SPEED}..{MAX_SPEED}, got {speed}")
     if speed != 1.0:
@@ -183,11 +184,13 @@ def _delivery(body: dict) -> str:
         stream = True
     if not isinstance(stream, bool):
         raise _bad("stream", "stream must be true or false")
-    stream_format = body.get("stream_format", "audio") or "audio"
-    if stream_format not in ("audio", "sse"):
+    stream_format = body.get("stream_format")
+    if stream_format is None:
+        stream_format = "audio"
+    if not isinstance(stream_format, str) or stream_format not in ("audio", "sse"):
         raise _bad(
             "stream_format",
-            f"stream_format must be 'audio' or 'sse', got {stream_format!r}",
+            f"stream_format must be 'audio' or 'sse', got {shown(stream_format)}",
         )
     if stream_format == "sse" and not stream:
         raise _bad("stream_format", "stream_format 'sse' needs stream to be true")

@@ -108,9 +108,9 @@ def test_store_rules(tmp_path):
         store.add("default", clip_bytes(1))
     with pytest.raises(InvalidRequest, match="could not be decoded"):
         store.add("noise", b"not audio")
-    with pytest.raises(InvalidRequest, match="voices need 0.5-30 s"):
+    with pytest.raises(InvalidRequest, match="clips must be 0.5-30 s"):
         store.add("short", clip_bytes(0.3))
-    with pytest.raises(InvalidRequest, match="voices need 0.5-30 s"):
+    with pytest.raises(InvalidRequest, match="clips must be 0.5-30 s"):
         store.add("long", clip_bytes(31, rate=8000))
     store.add("ok", clip_bytes(1))
     with pytest.raises(VoiceExists):

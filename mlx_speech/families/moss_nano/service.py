@@ -32,7 +32,7 @@ from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..fields import check_language
 from ..options import SamplingOptions, parse_sampling
-from ..reference_audio import clip_of, load_reference
+from ..reference_audio import load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
 from .codec import DecoderState, encode, samples_per_frame
@@ -150,7 +150,7 @@ class MossNanoService(SpeechService):
                 self._saved_voice_hits += 1
                 return Reference(samples=None, codes=stored, saved=saved)
         samples = load_reference(
-            clip_of(voice),
+            voice,
             sample_rate=self.sample_rate,
             channels=self._codec.channels,
             samples_per_frame=self.samples_per_frame,

@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 
 from ...audio import Audio
-from ...errors import InvalidRequest, ModelLoadError
+from ...errors import InvalidRequest, ModelLoadError, shown
 from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
@@ -110,7 +110,8 @@ class Qwen3Service(SpeechService):
             return None, None, ref_text
         if isinstance(voice, str):
             if voice not in self.voices:
-                raise InvalidRequest("voice", f"unknown voice {voice!r}: {self.voice_hint}")
+                message = f"unknown voice {shown(voice)}: {self.voice_hint}"
+                raise InvalidRequest("voice", message)
             return voice, None, ref_text
         if self.kind != "base":
             raise InvalidRequest(

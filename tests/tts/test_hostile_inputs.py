@@ -1,0 +1,294 @@
+"""Inputs a hostile or careless user sends, on every surface: each gets a
+clear error in the documented shape (never a 500 or a traceback), quotes
+little of what was sent, and costs little memory."""
+
+from __future__ import annotations
+
+import base64
+import io
+import subprocess
+import time
+import tracemalloc
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+
+import mlx_speech
+from mlx_speech.cli import SAMPLING_FLAGS
+from mlx_speech.families.options import SamplingOptions
+from mlx_speech.server import ServerSettings
+from mlx_speech.voice_store import VoiceStore
+from tests.tts.support.cli import MLX_SPEECH, run
+from tests.tts.support.server import RunningServer
+
+HUGE = "1" + "0" * 400  # an integer literal no float holds
+MEDIA = '{"input": "hi", "ref_audio": "file://{media}/'  # inside the allowed directory
+
+
+def _clip(seconds: float, rate: int = 16000, channels: int = 1, fmt: str = "WAV") -> bytes:
+    samples = np.zeros((int(seconds * rate), channels), dtype=np.float32)  # silence
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, rate, format=fmt)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, tmp_path_factory):
+    media = tmp_path_factory.mktemp("media")
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("hostile-voices"),
+        allowed_local_media_path=media,
+    )
+    with RunningServer(settings) as running:
+        running.media = media
+        yield running
+
+
+def _post_raw(server, text: str) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}/v1/audio/speech",
+        content=text.encode(),
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+
+
+def _assert_error_shape(response: httpx.Response, status: int, param: str | None) -> None:
+    assert response.status_code == status, response.content[:300]
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param, error
+    assert len(error["message"]) < 400, error["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ('{"input": "\\ud800"}', 400, "input"),
+        ('{"input": "hi", "instructions": "\\udfff"}', 400, "instructions"),
+        ('{"input": "hi", "response_format": []}', 400, "response_format"),
+        ('{"input": "hi", "response_format": {}}', 400, "response_format"),
+        ('{"input": "hi", "stream_format": []}', 400, "stream_format"),
+        (f'{{"input": "hi", "speed": {HUGE}}}', 400, "speed"),
+        (f'{{"input": "hi", "temperature": {HUGE}}}', 400, "temperature"),
+        (f'{{"input": "hi", "top_p": {HUGE}}}', 400, "top_p"),
+        (f'{{"input": "hi", "repetition_penalty": {HUGE}}}', 400, "repetition_penalty"),
+        ('{"input": "hi", "seed": ' + "9" * 5000 + "}", 400, "body"),
+        ("[" * 100_000 + "]" * 100_000, 400, "body"),
+        (MEDIA + 'pass%00wd"}', 400, "ref_audio"),
+        (MEDIA + "n" * 300 + '"}', 400, "ref_audio"),
+        (MEDIA + "d/" * 3000 + '"}', 400, "ref_audio"),
+        ('{"input": "hi", "ref_audio": "file://[::1/x.wav"}', 400, "ref_audio"),
+        ('{"input": "hi", "ref_text": "' + "w" * 3000 + '"}', 400, "ref_text"),
+        ('{"input": "hi", "voice": "' + "v" * 100_000 + '"}', 404, "voice"),
+    ],
+    ids=[
+        "lone-surrogate-input",
+        "lone-surrogate-instructions",
+        "format-list",
+        "format-object",
+        "stream-format-list",
+        "huge-speed",
+        "huge-temperature",
+        "huge-top-p",
+        "huge-penalty",
+        "5000-digit-integer",
+        "deep-nesting",
+        "file-uri-nul",
+        "file-uri-long-name",
+        "file-uri-long-path",
+        "file-uri-bad-authority",
+        "long-ref-text",
+        "long-voice-name",
+    ],
+)
+def test_hostile_bodies_get_json_errors_not_500s(server, body, status, param):
+    body = body.replace("{media}", str(server.media))
+    _assert_error_shape(_post_raw(server, body), status, param)
+
+
+def test_the_server_still_speaks_after_hostile_bodies(server):
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={"input": "Hi.", "max_new_tokens": 2, "response_format": "pcm"},
+        timeout=60,
+    )
+    assert response.status_code == 200 and len(response.content) == 2 * 960 * 2
+
+
+def test_undecodable_clips_do_not_echo_python_objects(server):
+    body = {"input": "hi", "ref_audio": base64.b64encode(b"not audio at all").decode()}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+    _assert_error_shape(response, 400, "voice")
+    assert "object at 0x" not in response.text and "BytesIO" not in response.text
+
+
+def test_a_long_clip_is_refused_by_its_header_before_it_is_decoded(speaking_tts):
+    clip = _clip(300, rate=48000, channels=8, fmt="FLAC")  # 300 s of 8-channel silence
+    assert len(clip) < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="clips must be 0.5-30 s") as error:
+            speaking_tts.prepare("Hi.", voice=clip)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.value.param == "voice"
+    assert peak < 20 * 1024 * 1024, f"{peak / 2**20:.0f} MiB to refuse a 117 KB file"
+
+
+def test_many_channels_are_refused_by_the_header(speaking_tts):
+    with pytest.raises(ValueError, match="up to 8 channels"):
+        speaking_tts.prepare("Hi.", voice=_clip(1, channels=12))
+
+
+def test_upload_ref_text_is_bounded(server):
+    response = httpx.post(
+        f"{server.url}/v1/audio/voices",
+        data={"name": "talker", "ref_text": "w" * 15_000},
+        files={"audio_sample": ("a.wav", _clip(1), "audio/wav")},
+    )
+    _assert_error_shape(response, 400, "ref_text")
+
+
+def test_every_status_is_counted(server):
+    voice = {"audio_sample": ("a.wav", _clip(1), "audio/wav")}
+    created = httpx.post(
+        f"{server.url}/v1/audio/voices", data={"name": "counted"}, files=voice
+    )
+    assert created.status_code == 201
+    assert httpx.delete(f"{server.url}/v1/audio/voices/counted").status_code == 204
+    assert httpx.get(f"{server.url}/nowhere").status_code == 404
+    assert httpx.get(f"{server.url}/v1/audio/speech").status_code == 405
+    text = httpx.get(f"{server.url}/metrics").text
+    for status in (201, 204, 404, 405):
+        assert f'mlx_speech_requests_total{{status="{status}"}}' in text, status
+
+
+def test_an_upload_deleted_at_once_still_answers_with_what_was_written(
+    tmp_path, monkeypatch
+):
+    import mlx_speech.voice_store as voice_store
+
+    store = VoiceStore(tmp_path)
+    real_fsync = voice_store._fsync_dir
+
+    def delete_right_after_the_rename(path):
+        if path == tmp_path and (tmp_path / "racer").exists():
+            store.remove("racer")  # another request's DELETE wins the race
+        real_fsync(path)
+
+    monkeypatch.setattr(voice_store, "_fsync_dir", delete_right_after_the_rename)
+    voice = store.add("racer", _clip(1), "Hello.")
+    assert voice.name == "racer" and voice.ref_text == "Hello."
+    assert store.find("racer") is None
+
+
+def test_a_voice_deleted_mid_request_does_not_leak_the_voices_path(
+    speaking_dir, tmp_path
+):
+    tts = mlx_speech.load(speaking_dir, voices_dir=tmp_path / "voices")
+    voice = tts.voice_store.add("gone", _clip(1))
+    tts.voice_store.remove("gone")
+    with pytest.raises(ValueError) as error:
+        tts.prepare("Hi.", voice=voice)
+    assert error.value.param == "voice" and "'gone'" in str(error.value)
+    assert str(tmp_path) not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p", "repetition_penalty"])
+def test_python_api_huge_numbers_are_value_errors(speaking_tts, name):
+    with pytest.raises(ValueError, match=f"{name} must be a finite number") as error:
+        speaking_tts.prepare("Hi.", **{name: 10**400})
+    assert error.value.param == name and len(str(error.value)) < 200
+
+
+def test_python_api_lone_surrogates_are_value_errors(speaking_tts):
+    for field in ("text", "ref_text", "instructions"):
+        request = {"text": "Hi.", field: "a\ud800b"}
+        with pytest.raises(ValueError, match="not valid Unicode") as error:
+            speaking_tts.prepare(request.pop("text"), **request)
+        assert error.value.param == field
+
+
+def test_health_says_why_the_model_failed(tmp_path):
+    settings = ServerSettings(model=str(tmp_path / "missing"), voices_dir=tmp_path / "v")
+    with RunningServer(settings, wait_until_healthy=False) as running:
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(f"{running.url}/health").json())["status"] == "loading":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert health["status"] == "failed" and "not found" in health["error"]
+
+
+def _cli_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_cli_voices_add_reads_no_more_than_a_clip(tmp_path):
+    line = _cli_error(
+        run("voices", "add", "zeros", "/dev/zero", "--voices-dir", str(tmp_path))
+    )
+    assert "is not an audio file" in line
+
+
+def test_cli_refuses_undecodable_text(speaking_dir, tmp_path):
+    out = str(tmp_path / "x.wav")
+    command = [MLX_SPEECH, "speak", "--model", str(speaking_dir), "-o", out]
+    argv = subprocess.run(
+        [part.encode() for part in command] + [b"caf\xff"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "text is not valid Unicode" in _cli_error(argv)
+    stdin = subprocess.run(
+        [*command, "-"], input=b"caf\xff", capture_output=True, timeout=300
+    )
+    stdin.stderr = stdin.stderr.decode()
+    assert "standard input is not UTF-8" in _cli_error(stdin)
+
+
+def test_cli_checks_the_output_directory_before_any_work(tmp_path):
+    started = time.monotonic()
+    line = _cli_error(
+        run("speak", "Hi.", "--model", "/nowhere", "-o", str(tmp_path / "no" / "x.wav"))
+    )
+    assert "its directory does not exist" in line  # not the model's error: checked first
+    assert time.monotonic() - started < 60
+
+
+def test_cli_usage_errors_are_one_line(tmp_path):
+    result = run("speak", "Hi.", "--temperature", "warm")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "invalid float value: 'warm'" in result.stderr
+
+
+def test_cli_has_a_flag_for_every_sampling_keyword(speaking_dir, tmp_path):
+    flags = {name for name, _, _ in SAMPLING_FLAGS}
+    assert flags == set(SamplingOptions.__dataclass_fields__)
+    out = tmp_path / "sampled.wav"
+    result = run(
+        "speak", "Hi.", "--model", str(speaking_dir), "-o", str(out), "--seed", "3",
+        "--top-p", "0.9", "--top-k", "5", "--repetition-penalty", "1.1",
+        "--max-new-tokens", "3",
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(soundfile.read(out)[0]) == 3 * 960
+
+
+def test_serve_exits_non_zero_when_the_model_cannot_load(tmp_path):
+    result = subprocess.run(
+        [MLX_SPEECH, "serve", "--model", str(tmp_path / "missing"), "--port", "0",
+         "--voices-dir", str(tmp_path / "v")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 1
+    assert "could not load the model" in result.stderr.strip().splitlines()[-1]
