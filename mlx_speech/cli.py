@@ -149,6 +149,11 @@ def _limit_arguments(serve) -> None:
             _positive_int,
             "requests stepped together in one forward pass; 1 turns batching off",
         ),
+        (
+            "max_parked",
+            int,
+            "streams kept while their clients do not read; more wait to start",
+        ),
         ("max_input_chars", int, "longest accepted input text, in characters"),
         ("max_ref_bytes", int, "largest reference clip, in bytes"),
         (
@@ -181,6 +186,7 @@ def _serve(args: argparse.Namespace) -> None:
         api_key=args.api_key or None,
         max_queue=args.max_queue,
         max_batch=args.max_batch,
+        max_parked=args.max_parked,
         max_input_chars=args.max_input_chars,
         max_ref_bytes=args.max_ref_bytes,
         stream_idle_timeout=args.stream_idle_timeout,

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from .engine import ChunkStream, shared_engine
+from .engine import ChunkStream, Engine, shared_engine
 from .errors import InvalidRequest, shown
 from .http.adapter import AudioResponse, Delivery
 from .http.auth import ApiKeyGuard
@@ -97,7 +97,7 @@ async def speech(request: Request) -> Response:
         media_root=settings.allowed_local_media_path,
     )
     parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
-    waiting = metrics.in_flight - tts.max_active_jobs
+    waiting = metrics.in_flight - state.engine.capacity
     if waiting >= settings.max_queue:
         raise ApiError(
             429,
@@ -202,10 +202,11 @@ async def health(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    tts = request.app.state.slot.tts
-    text = request.app.state.metrics.render(
-        generating_at_once=tts.max_active_jobs if tts else 0,
-        counters=tts.stats() if tts else {},
+    state = request.app.state
+    tts = state.slot.tts
+    holding, _ = state.engine.load
+    text = state.metrics.render(
+        holding=holding, parked=state.engine.parked, counters=tts.stats() if tts else {}
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
@@ -240,6 +241,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.engine = shared_engine()
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
     app.state.slot = ModelSlot(settings.model, load, app.state.store)
@@ -249,16 +251,16 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
 @asynccontextmanager
 async def _lifespan(app: Starlette):
     state = app.state
-    engine = shared_engine()
-    before = engine.max_batch
-    engine.configure_batching(state.settings.max_batch)
+    engine: Engine = state.engine
+    before = engine.max_batch, engine.max_parked
+    engine.configure(state.settings.max_batch, state.settings.max_parked)
     engine.forward_observers.append(state.metrics.forward)
     state.slot.start()
     try:
         yield
     finally:
         engine.forward_observers.remove(state.metrics.forward)
-        engine.configure_batching(before)
+        engine.configure(*before)
 
 
 async def _api_error(request: Request, error: ApiError) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import DEFAULT_MAX_BATCH
+from .engine import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
 
 _ONE_MIB = 1024 * 1024
 
@@ -17,6 +17,7 @@ class ServerSettings:
     api_key: str | None = None
     max_queue: int = 16  # requests waiting for the model; more get 429
     max_batch: int = DEFAULT_MAX_BATCH  # requests stepped together per forward
+    max_parked: int = DEFAULT_MAX_PARKED  # streams kept while their readers lag
     max_input_chars: int = 4096
     max_ref_bytes: int = 20 * _ONE_MIB
     stream_idle_timeout: float = 30.0

@@ -50,11 +50,6 @@ class TTS:
             paths=True,
         )
 
-    @property
-    def max_active_jobs(self) -> int:
-        """Requests that generate at once; more wait in line."""
-        return self._engine.max_active
-
     def prepare(
         self,
         text: str,

@@ -55,6 +55,11 @@ class Job:
     def runnable(self) -> bool:
         return self.cancelled or self._pending is _NOTHING or not self.output.full()
 
+    @property
+    def parked(self) -> bool:
+        """Its output waits for its reader: it needs no compute until then."""
+        return not self.finished and not self.runnable
+
     def advance(self) -> Pending | None:
         """Worker thread: publish what is pending, else run one step; returns
         the ``Pending`` the step yielded, if it joined a shared step."""

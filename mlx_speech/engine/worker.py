@@ -4,8 +4,9 @@ Since MLX 0.31.2 streams are thread-local, so arrays must be built and
 evaluated on one thread; loading runs here too. Jobs move forward one frame
 at a time in turn, so a consumer that stops reading parks only its own job;
 jobs of one model share each frame's forward pass (``batching``), at most
-``max_batch`` at a time. At most ``max_active`` jobs hold model state; the
-rest wait in FIFO order.
+``max_batch`` at a time. At most ``max_active`` jobs compute at once; a job
+parked by its reader keeps its model state but not its place, and up to
+``max_parked`` of them may wait so; the rest wait to start in FIFO order.
 """
 
 from __future__ import annotations
@@ -27,19 +28,24 @@ T = TypeVar("T")
 
 DEFAULT_MAX_ACTIVE_JOBS = 8
 DEFAULT_MAX_BATCH = 8
+DEFAULT_MAX_PARKED = 32
 
 
 class Engine:
     def __init__(
-        self, max_active: int = DEFAULT_MAX_ACTIVE_JOBS, max_batch: int = DEFAULT_MAX_BATCH
+        self,
+        max_active: int = DEFAULT_MAX_ACTIVE_JOBS,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_parked: int = DEFAULT_MAX_PARKED,
     ):
-        if max_active < 1 or max_batch < 1:
+        if max_active < 1 or max_batch < 1 or max_parked < 0:
             raise ValueError(
-                f"max_active and max_batch must be at least 1, "
-                f"got {max_active} and {max_batch}"
+                f"max_active and max_batch must be at least 1 and max_parked at "
+                f"least 0, got {max_active}, {max_batch} and {max_parked}"
             )
         self.max_active = max_active
         self.max_batch = max_batch
+        self.max_parked = max_parked
         # Called on the worker with (jobs in the forward, seconds) after each one.
         self.forward_observers: list[Callable[[int, float], None]] = []
         self._wakeup = threading.Condition()
@@ -53,12 +59,17 @@ class Engine:
         self._thread.start()
         atexit.register(self.shutdown)
 
-    def configure_batching(self, max_batch: int) -> None:
-        """Jobs per shared forward; at least as many may then hold model state."""
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+    def configure(self, max_batch: int, max_parked: int) -> None:
+        """Jobs per shared forward (at least as many may then compute at once),
+        and parked jobs that may keep their state."""
+        if max_batch < 1 or max_parked < 0:
+            raise ValueError(
+                f"max_batch must be at least 1 and max_parked at least 0, "
+                f"got {max_batch} and {max_parked}"
+            )
         self.max_batch = max_batch
         self.max_active = max(self.max_active, max_batch)
+        self.max_parked = max_parked
         self.notify()  # waiting jobs may now start
 
     def stream(self, start: Callable[[], Iterator[Any]]) -> ChunkStream:
@@ -94,6 +105,30 @@ class Engine:
             holding = sum(not job.finished for job in self._active)
             return holding, len(self._waiting)
 
+    @property
+    def parked(self) -> int:
+        """Jobs holding state while their readers have not taken their output."""
+        with self._wakeup:
+            return sum(job.parked for job in self._active)
+
+    @property
+    def capacity(self) -> int:
+        """How many jobs could hold state now: those that do, and as many more
+        as would start at once."""
+        with self._wakeup:
+            live = [job for job in self._active if not job.finished]
+            return len(live) + self._free_slots(live)
+
+    def _free_slots(self, live: list[Job]) -> int:
+        computing = sum(not job.parked for job in live)
+        return max(
+            0,
+            min(
+                self.max_active - computing,
+                self.max_active + self.max_parked - len(live),
+            ),
+        )
+
     def shutdown(self, timeout: float = 10.0) -> None:
         """Cancel every job, release their state and park the worker for good."""
         with self._wakeup:
@@ -113,7 +148,7 @@ class Engine:
                     self._waiting.clear()
                     return None
                 self._active = [job for job in self._active if not job.finished]
-                while self._waiting and len(self._active) < self.max_active:
+                while self._waiting and self._free_slots(self._active):
                     self._active.append(self._waiting.popleft())
                 runnable = [job for job in self._active if job.runnable]
                 if runnable:

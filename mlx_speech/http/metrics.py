@@ -81,10 +81,11 @@ class Metrics:
             self._batch.observe(jobs)
             self._step.observe(seconds)
 
-    def render(self, generating_at_once: int, counters: dict[str, int]) -> str:
-        """``generating_at_once``: requests the engine runs before others wait."""
+    def render(self, holding: int, parked: int, counters: dict[str, int]) -> str:
+        """``holding``: requests the engine holds (``parked`` of them waiting
+        for their readers); the others in flight wait to start."""
         with self._lock:
-            queue_depth = max(0, self._in_flight - generating_at_once)
+            queue_depth = max(0, self._in_flight - holding)
             lines = ["# TYPE mlx_speech_requests_total counter"]
             lines += [
                 f'mlx_speech_requests_total{{status="{status}"}} {count}'
@@ -95,6 +96,8 @@ class Metrics:
                 f"mlx_speech_queue_depth {queue_depth}",
                 "# TYPE mlx_speech_active_streams gauge",
                 f"mlx_speech_active_streams {self._in_flight - queue_depth}",
+                "# TYPE mlx_speech_parked_streams gauge",
+                f"mlx_speech_parked_streams {parked}",
             ]
             for name, value in sorted(counters.items()):
                 lines += [

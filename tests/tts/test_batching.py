@@ -45,11 +45,11 @@ def observed_forwards():
 def max_batch(size: int):
     engine = shared_engine()
     before = engine.max_batch
-    engine.configure_batching(size)
+    engine.configure(size, engine.max_parked)
     try:
         yield
     finally:
-        engine.configure_batching(before)
+        engine.configure(before, engine.max_parked)
 
 
 def _requests():

@@ -26,7 +26,7 @@ def test_jobs_run_on_the_worker_thread():
 
 
 def test_jobs_beyond_the_bound_wait_in_fifo_order():
-    engine = Engine(max_active=2)
+    engine = Engine(max_active=2, max_parked=0)
     log: list[str] = []
     streams = [engine.stream(_counting(name, log)) for name in "abc"]
     assert next(streams[0]) == "a0" and next(streams[1]) == "b0"
@@ -36,6 +36,20 @@ def test_jobs_beyond_the_bound_wait_in_fifo_order():
     assert list(streams[0]) == ["a1", "a2"]
     assert next(streams[2]) == "c0"
     assert list(streams[1]) == ["b1", "b2"] and list(streams[2]) == ["c1", "c2"]
+
+
+def test_a_parked_job_keeps_its_state_but_not_its_place():
+    engine = Engine(max_active=1, max_parked=1)
+    log: list[str] = []
+    streams = [engine.stream(_counting(name, log)) for name in "abc"]
+    assert next(streams[0]) == "a0"  # a's next chunk then waits: a is parked
+    assert next(streams[1]) == "b0"  # so b starts, though only one job computes
+    with pytest.raises(TimeoutError):
+        streams[2].get(timeout=0.1)  # a and b parked: the parked bound is full
+    assert engine.load == (2, 1) and engine.parked == 2
+    assert list(streams[0]) == ["a1", "a2"]  # a resumes where it stopped
+    assert list(streams[2]) == ["c0", "c1", "c2"]
+    assert list(streams[1]) == ["b1", "b2"]
 
 
 def test_a_job_never_runs_more_than_one_chunk_ahead_of_its_reader():

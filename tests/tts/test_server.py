@@ -166,6 +166,35 @@ def _stalled_request(server) -> socket.socket:
     return sock
 
 
+def _parked_streams(server) -> int:
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith("mlx_speech_parked_streams "):
+            return int(line.split()[1])
+    raise AssertionError("no mlx_speech_parked_streams gauge")
+
+
+@pytest.mark.parametrize("stalled", [8, 24])
+def test_readers_that_stop_hold_no_place_of_other_clients(speaking_dir, stalled):
+    """More stalled clients than requests computing at once: each keeps its
+    stream, parked, and a new client is served at once, long before the
+    stalled ones time out."""
+    settings = ServerSettings(model=str(speaking_dir), stream_idle_timeout=300)
+    with RunningServer(settings, send_buffer=16384) as running:
+        sockets = [_stalled_request(running) for _ in range(stalled)]
+        try:
+            deadline = time.monotonic() + 120
+            while _parked_streams(running) < stalled:
+                assert time.monotonic() < deadline, _parked_streams(running)
+                time.sleep(0.1)
+            response = speech(running, temperature=0, max_new_tokens=8, timeout=60)
+            assert response.status_code == 200
+            assert len(decode(response.content, "wav", 48000)) == 8 * FRAME
+        finally:
+            for sock in sockets:
+                sock.close()
+        wait_until_idle(timeout=60)
+
+
 def test_a_reader_that_stops_does_not_delay_a_second_client(server):
     stalled = _stalled_request(server)
     try:
@@ -289,7 +318,8 @@ def test_api_key(speaking_dir):
 
 
 def test_requests_beyond_the_queue_get_429(speaking_dir):
-    with RunningServer(ServerSettings(model=str(speaking_dir), max_queue=0)) as running:
+    settings = ServerSettings(model=str(speaking_dir), max_queue=0, max_parked=0)
+    with RunningServer(settings) as running:
         holders = []
         try:
             for _ in range(shared_engine().max_active):

@@ -15,9 +15,18 @@ from mlx_speech.server import ServerSettings, create_app
 
 class RunningServer:
     def __init__(
-        self, settings: ServerSettings, load=mlx_speech.load, wait_until_healthy=True
+        self,
+        settings: ServerSettings,
+        load=mlx_speech.load,
+        wait_until_healthy=True,
+        send_buffer: int | None = None,
     ):
+        """``send_buffer``: a fixed kernel send buffer for every connection,
+        so a client that stops reading stalls the server's writes within
+        kilobytes instead of the megabytes loopback autotuning allows."""
         self.sock = socket.socket()
+        if send_buffer is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
