@@ -117,10 +117,28 @@ def _serve_parser(commands) -> None:
         "/v1/audio/voices, /v1/models, /health and /metrics.",
     )
     _model_argument(serve)
+    host, port = _setting("host"), _setting("port")
     serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+        "--host", default=host, help=f"address to listen on (default: {host})"
     )
-    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    serve.add_argument("--port", type=int, default=port, help=f"port (default: {port})")
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; IP "
+        "addresses and localhost always are): other names are refused, against "
+        "DNS rebinding",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages from ORIGIN (e.g. http://localhost:3000, or '*') call "
+        "the API (repeatable; default: only this server's own pages)",
+    )
     serve.add_argument(
         "--api-key",
         default=os.environ.get("MLX_SPEECH_API_KEY"),
@@ -172,18 +190,14 @@ def _limit_arguments(serve) -> None:
         )
 
 
-def _serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    import mlx_speech
-    from mlx_speech.server import create_app
-
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
-    )
-    settings = ServerSettings(
-        model=args.model or mlx_speech.DEFAULT_MODEL,
+def _server_settings(args: argparse.Namespace) -> ServerSettings:
+    return ServerSettings(
+        model=args.model or DEFAULT_MODEL,
+        host=args.host,
+        port=args.port,
         api_key=args.api_key or None,
+        allowed_hosts=tuple(args.allowed_host),
+        cors_origins=tuple(args.cors_origin),
         max_queue=args.max_queue,
         max_batch=args.max_batch,
         max_parked=args.max_parked,
@@ -195,21 +209,28 @@ def _serve(args: argparse.Namespace) -> None:
             Path(args.allowed_local_media_path) if args.allowed_local_media_path else None
         ),
     )
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    import mlx_speech
+    from mlx_speech.server import create_app
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
+    )
+    settings = _server_settings(args)
     app = create_app(settings, mlx_speech.load)
+    address = f"http://{settings.host}:{settings.port}"
     log = logging.getLogger("mlx_speech.server")
     log.info("BLAS: %s", active_blas())
-    log.info(
-        "listening on http://%s:%d (OpenAI base_url http://%s:%d/v1)",
-        args.host,
-        args.port,
-        args.host,
-        args.port,
-    )
+    log.info("listening on %s (OpenAI base_url %s/v1)", address, address)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
-            host=args.host,
-            port=args.port,
+            host=settings.host,
+            port=settings.port,
             log_level=args.log_level,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
@@ -220,9 +241,7 @@ def _serve(args: argparse.Namespace) -> None:
     if slot.error is not None:
         raise RuntimeError(f"could not load the model: {slot.error}")
     if not server.started:
-        raise RuntimeError(
-            f"could not serve on {args.host}:{args.port} (see the log above)"
-        )
+        raise RuntimeError(f"could not serve on {address} (see the log above)")
 
 
 def _run_until_signalled(server) -> None:

@@ -16,6 +16,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -26,6 +27,7 @@ from .http.adapter import AudioResponse, Delivery
 from .http.auth import ApiKeyGuard
 from .http.bodies import read_json, read_voice_upload
 from .http.errors import ApiError
+from .http.local_only import LocalOnly
 from .http.metrics import CountedResponses, Metrics
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .settings import ServerSettings
@@ -226,7 +228,24 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     """The app for ``settings``; ``load`` gives the model (in a background
     thread, once the app starts), sharing the app's one voice store."""
     metrics = Metrics()
-    middleware = [Middleware(CountedResponses, metrics=metrics)]
+    middleware = [
+        Middleware(CountedResponses, metrics=metrics),
+        Middleware(
+            LocalOnly,
+            allowed_hosts=settings.allowed_hosts,
+            cors_origins=settings.cors_origins,
+        ),
+    ]
+    if settings.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(settings.cors_origins),
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=["authorization", "content-type", "x-api-key"],
+                expose_headers=["x-audio-sample-rate", "x-audio-channels", "x-audio-bits"],
+            )
+        )
     if settings.api_key:
         middleware.append(Middleware(ApiKeyGuard, api_key=settings.api_key))
     app = Starlette(

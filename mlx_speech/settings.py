@@ -14,7 +14,11 @@ _ONE_MIB = 1024 * 1024
 @dataclass(frozen=True)
 class ServerSettings:
     model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
     api_key: str | None = None
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides IP addresses and localhost
+    cors_origins: tuple[str, ...] = ()  # pages allowed to call the API ("*": any)
     max_queue: int = 16  # requests waiting for the model; more get 429
     max_batch: int = DEFAULT_MAX_BATCH  # requests stepped together per forward
     max_parked: int = DEFAULT_MAX_PARKED  # streams kept while their readers lag

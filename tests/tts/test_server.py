@@ -160,7 +160,8 @@ def _stalled_request(server) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
     sock.sendall(
-        f"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
     )
     return sock
