@@ -20,7 +20,6 @@ from .errors import shown
 from .formats import FORMATS, format_for_path
 from .settings import ServerSettings
 
-GRACEFUL_SHUTDOWN_SECONDS = 5
 VOICES_DIR_HELP = (
     "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
     "~/Library/Application Support/mlx-speech/voices on macOS)"
@@ -179,6 +178,14 @@ def _limit_arguments(serve) -> None:
             float,
             "cancel a stream whose client reads nothing for this many seconds",
         ),
+        ("max_connections", int, "connections open at once; more are closed unread"),
+        ("header_timeout", float, "seconds a client may take to send its headers"),
+        ("keep_alive_timeout", float, "seconds an idle connection is kept open"),
+        (
+            "shutdown_timeout",
+            float,
+            "on SIGTERM or SIGINT, seconds running requests may take to finish",
+        ),
     ]
     for name, kind, text in limits:
         default = _setting(name)
@@ -204,6 +211,10 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         max_input_chars=args.max_input_chars,
         max_ref_bytes=args.max_ref_bytes,
         stream_idle_timeout=args.stream_idle_timeout,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        keep_alive_timeout=args.keep_alive_timeout,
+        shutdown_timeout=args.shutdown_timeout,
         voices_dir=Path(args.voices_dir) if args.voices_dir else None,
         allowed_local_media_path=(
             Path(args.allowed_local_media_path) if args.allowed_local_media_path else None
@@ -215,7 +226,7 @@ def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     import mlx_speech
-    from mlx_speech.server import create_app
+    from mlx_speech.server import create_app, uvicorn_config
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
@@ -226,31 +237,26 @@ def _serve(args: argparse.Namespace) -> None:
     log = logging.getLogger("mlx_speech.server")
     log.info("BLAS: %s", active_blas())
     log.info("listening on %s (OpenAI base_url %s/v1)", address, address)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=args.log_level,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level=args.log_level))
     slot = app.state.slot
     slot.on_failure = lambda error: setattr(server, "should_exit", True)
-    _run_until_signalled(server)
+    _run_until_signalled(
+        server, lambda: app.state.shutdown.begin(settings.shutdown_timeout)
+    )
     if slot.error is not None:
         raise RuntimeError(f"could not load the model: {slot.error}")
     if not server.started:
         raise RuntimeError(f"could not serve on {address} (see the log above)")
 
 
-def _run_until_signalled(server) -> None:
+def _run_until_signalled(server, begin_shutdown) -> None:
     """Serve in a thread; SIGINT/SIGTERM stop it gracefully (a second one forces)
     and the process then exits 0, as a service manager expects."""
 
     def stop(signum, frame) -> None:
         if server.should_exit:
             server.force_exit = True
+        begin_shutdown()
         server.should_exit = True
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -20,21 +20,24 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from uvicorn import Config
 
 from .engine import ChunkStream, Engine, shared_engine
 from .errors import InvalidRequest, shown
-from .http.adapter import AudioResponse, Delivery
+from .http.adapter import END_EARLY_SECONDS, STOPPING, AudioResponse, Delivery
 from .http.auth import ApiKeyGuard
 from .http.bodies import read_json, read_voice_upload
+from .http.connections import guarded_protocol
 from .http.errors import ApiError
 from .http.local_only import LocalOnly
 from .http.metrics import CountedResponses, Metrics
+from .http.shutdown import Shutdown
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .settings import ServerSettings
 from .tts import TTS
 from .voice_store import UnknownVoice, VoiceExists, VoiceStore
 
-__all__ = ["ModelSlot", "ServerSettings", "create_app"]
+__all__ = ["ModelSlot", "ServerSettings", "create_app", "uvicorn_config"]
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -89,6 +92,8 @@ async def speech(request: Request) -> Response:
     state = request.app.state
     settings: ServerSettings = state.settings
     metrics: Metrics = state.metrics
+    if state.shutdown.started:
+        raise ApiError(503, STOPPING, headers={"retry-after": "5"})
     tts = state.slot.ready()
     body = await read_json(request, settings.max_body_bytes)
     rules = RequestRules(
@@ -128,6 +133,7 @@ async def speech(request: Request) -> Response:
         metrics=metrics,
         accepted_at=time.perf_counter(),
         on_close=metrics.request_closed,
+        shutdown=state.shutdown,
     )
     return AudioResponse(chunks, delivery)
 
@@ -261,10 +267,26 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.engine = shared_engine()
+    app.state.shutdown = Shutdown()
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
     app.state.slot = ModelSlot(settings.model, load, app.state.store)
     return app
+
+
+def uvicorn_config(app: Starlette, settings: ServerSettings, **options: Any) -> Config:
+    """uvicorn's settings for ``app``, with the connection limits of ``settings``."""
+    return Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=guarded_protocol(settings.header_timeout, settings.max_connections),
+        timeout_keep_alive=settings.keep_alive_timeout,
+        # Streams end themselves at the deadline (``http.shutdown``); uvicorn
+        # cancels only what is still running a moment later.
+        timeout_graceful_shutdown=settings.shutdown_timeout + END_EARLY_SECONDS + 1,
+        **options,
+    )
 
 
 @asynccontextmanager

@@ -25,6 +25,10 @@ class ServerSettings:
     max_input_chars: int = 4096
     max_ref_bytes: int = 20 * _ONE_MIB
     stream_idle_timeout: float = 30.0
+    max_connections: int = 256  # open at once; more are closed unread
+    header_timeout: float = 10.0  # seconds to send a request's headers
+    keep_alive_timeout: float = 5.0  # an idle connection between requests
+    shutdown_timeout: float = 30.0  # running requests may finish, then are ended
     retry_after_seconds: int = 2
     voices_dir: Path | None = None  # None: the per-user default
     allowed_local_media_path: Path | None = None  # None: file:// refused

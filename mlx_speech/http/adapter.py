@@ -26,8 +26,13 @@ from .containers import StreamEncoder
 from .errors import ApiError
 from .metrics import Metrics
 from .resample import StreamingResampler
+from .shutdown import Shutdown
 
 log = logging.getLogger("mlx_speech.server")
+
+SHUTDOWN_POLL_SECONDS = 0.1
+END_EARLY_SECONDS = 2.0  # to send a stream's end while the server stops
+STOPPING = "the server is shutting down"
 
 
 class IdleClient(Exception):
@@ -46,6 +51,7 @@ class Delivery:
     metrics: Metrics
     accepted_at: float
     on_close: Callable[[], None]
+    shutdown: Shutdown
 
 
 class AudioResponse:
@@ -54,22 +60,49 @@ class AudioResponse:
         self._delivery = delivery
         self._audio_seconds = 0.0
         self._first_audio_at: float | None = None
+        self._started = False  # the response's headers went out
+        self._encoder: StreamEncoder | None = None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._cancel_on_disconnect, receive, group.cancel_scope)
-                try:
-                    await self._deliver(scope, send)
-                except IdleClient:
-                    log.warning(
-                        "client read nothing for %.0f s; stream cancelled",
-                        self._delivery.idle_timeout,
-                    )
+                with anyio.CancelScope() as delivering:
+                    group.start_soon(self._stop_when_overdue, delivering)
+                    try:
+                        await self._deliver(scope, send)
+                    except IdleClient:
+                        log.warning(
+                            "client read nothing for %.0f s; stream cancelled",
+                            self._delivery.idle_timeout,
+                        )
+                if delivering.cancelled_caught:
+                    with anyio.move_on_after(END_EARLY_SECONDS):
+                        await self._end_early(scope, send)
                 group.cancel_scope.cancel()
         finally:
             self._chunks.cancel()
             self._delivery.on_close()
+
+    async def _stop_when_overdue(self, delivering: anyio.CancelScope) -> None:
+        while not self._delivery.shutdown.overdue:
+            await anyio.sleep(SHUTDOWN_POLL_SECONDS)
+        delivering.cancel()
+
+    async def _end_early(self, scope: dict, send: Callable) -> None:
+        """The server is stopping and this stream ran out of time: end it as
+        its format ends (closing the container; an SSE error event)."""
+        log.info("server stopping: a stream ended early")
+        if not self._started:
+            error = ApiError(503, STOPPING, headers={"retry-after": "5"})
+            await error.response()(scope, None, send)
+            return
+        if self._delivery.mode == "sse":
+            message = {"message": STOPPING, "type": "server_error"}
+            await self._event(send, {"type": "speech.audio.error", "error": message})
+        elif self._encoder is not None:
+            await self._send(send, self._encoder.finish())
+        await self._send(send, b"", more=False)
 
     async def _cancel_on_disconnect(
         self, receive: Callable, scope: anyio.CancelScope
@@ -121,6 +154,7 @@ class AudioResponse:
         }
         if self._delivery.response_format == "pcm":
             headers["x-audio-bits"] = "16"
+        self._started = True
         await send(
             {
                 "type": "http.response.start",
@@ -153,6 +187,7 @@ class AudioResponse:
 
     async def _stream_audio(self, send: Callable, first: Any) -> None:
         encoder = StreamEncoder(self._delivery.response_format, self._delivery.output_rate)
+        self._encoder = encoder
         await self._start(send, FORMATS[encoder.response_format].content_type, {})
         await self._send(send, encoder.start())
         async for samples in self._pcm(first):

@@ -13,6 +13,7 @@ from mlx_speech.audio import Audio
 from mlx_speech.engine import Engine
 from mlx_speech.http.adapter import AudioResponse, Delivery
 from mlx_speech.http.metrics import Metrics
+from mlx_speech.http.shutdown import Shutdown
 from tests.tts.support.idle import wait_until_idle
 
 
@@ -37,6 +38,7 @@ def _delivery(idle_timeout: float, closed: list[bool], mode: str = "audio") -> D
         metrics=Metrics(),
         accepted_at=time.perf_counter(),
         on_close=lambda: closed.append(True),
+        shutdown=Shutdown(),
     )
 
 
@@ -148,3 +150,38 @@ def test_a_failure_before_any_audio_is_a_json_500():
     sent = _recorded(AudioResponse(engine.stream(start), _delivery(30, [])))
     assert sent[0]["status"] == 500
     assert b'"type":"server_error"' in sent[1]["body"]
+
+
+@pytest.mark.parametrize("mode", ["audio", "sse"])
+def test_a_stream_running_at_the_shutdown_deadline_ends_cleanly(mode):
+    engine = Engine()
+    closed: list[bool] = []
+    delivery = _delivery(idle_timeout=30, closed=closed, mode=mode)
+    response = AudioResponse(engine.stream(_endless_job([])), delivery)
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+        if len(sent) == 5:
+            delivery.shutdown.begin(0.0)  # the server stops, with no grace left
+
+    _run(response, send)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    if mode == "sse":
+        last_event = json.loads(sent[-2]["body"].decode().removeprefix("data: "))
+        assert last_event["type"] == "speech.audio.error"
+        assert "shutting down" in last_event["error"]["message"]
+    assert closed == [True]
+    wait_until_idle(engine)
+
+
+def test_a_request_not_started_at_the_shutdown_deadline_gets_a_503():
+    engine = Engine()
+    closed: list[bool] = []
+    delivery = _delivery(idle_timeout=30, closed=closed, mode="buffered")
+    delivery.shutdown.begin(0.0)
+    sent = _recorded(AudioResponse(engine.stream(_endless_job([])), delivery))
+    assert sent[0]["status"] == 503
+    assert json.loads(sent[1]["body"])["error"]["message"] == "the server is shutting down"
+    wait_until_idle(engine)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -146,29 +147,33 @@ def test_help_lists_every_flag(command):
         assert flag in result.stdout
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
+def _start_serving(speaking_dir, *flags: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        [MLX_SPEECH, "serve", "--model", str(speaking_dir), "--port", str(port)],
+        [MLX_SPEECH, "serve", "--model", str(speaking_dir), "--port", str(port), *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "MLX_SPEECH_API_KEY": ""},
     )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                return server, url
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline and server.poll() is None
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
+    server, url = _start_serving(speaking_dir, "--shutdown-timeout", "2")
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None
-            time.sleep(0.1)
         with httpx.stream(
             "POST",
             f"{url}/v1/audio/speech",
@@ -184,5 +189,48 @@ def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
         if server.poll() is None:
             server.kill()
     output = server.stdout.read()
-    assert f"listening on http://127.0.0.1:{port}" in output
+    assert f"listening on {url}" in output
     assert "loaded" in output
+    assert "Traceback" not in output and "Exception in ASGI application" not in output
+
+
+def test_on_sigterm_running_streams_finish_or_end_cleanly(speaking_dir):
+    """A short stream finishes whole within the grace; a long one ends with
+    an SSE error event at the deadline; new requests are refused; exit 0."""
+    server, url = _start_serving(speaking_dir, "--shutdown-timeout", "1.5")
+    try:
+        with httpx.Client(timeout=30) as client:
+            with client.stream(
+                "POST",
+                f"{url}/v1/audio/speech",
+                json={"input": "Hi.", "stream_format": "sse", "max_new_tokens": 4000},
+            ) as long, client.stream(
+                "POST",
+                f"{url}/v1/audio/speech",
+                json={"input": "Hi.", "response_format": "pcm", "max_new_tokens": 20},
+            ) as short:
+                lines = long.iter_lines()
+                assert next(lines).startswith("data: ")
+                server.send_signal(signal.SIGTERM)
+                time.sleep(0.3)
+                try:
+                    refused = httpx.post(
+                        f"{url}/v1/audio/speech", json={"input": "Hi."}, timeout=5
+                    ).status_code
+                except httpx.TransportError:
+                    refused = "connection refused"
+                assert refused in (503, "connection refused")
+                assert len(short.read()) == 20 * 960 * 2  # finished whole
+                events = [
+                    json.loads(line.removeprefix("data: "))
+                    for line in lines
+                    if line.startswith("data: ")
+                ]
+            assert events[-1]["type"] == "speech.audio.error"
+            assert "shutting down" in events[-1]["error"]["message"]
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    output = server.stdout.read()
+    assert "Traceback" not in output and "Exception in ASGI application" not in output

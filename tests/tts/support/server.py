@@ -10,7 +10,7 @@ import httpx
 import uvicorn
 
 import mlx_speech
-from mlx_speech.server import ServerSettings, create_app
+from mlx_speech.server import ServerSettings, create_app, uvicorn_config
 
 
 class RunningServer:
@@ -30,8 +30,8 @@ class RunningServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_app(settings, load), log_level="warning", lifespan="on"
+        config = uvicorn_config(
+            create_app(settings, load), settings, log_level="warning", lifespan="on"
         )
         self._wait_until_healthy = wait_until_healthy
         self.server = uvicorn.Server(config)

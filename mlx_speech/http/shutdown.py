@@ -1,0 +1,30 @@
+"""A graceful stop: new speech requests are refused, running streams may
+finish until a deadline, then each ends cleanly by itself (a closed
+container, an SSE error event) before the server closes its connections."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class Shutdown:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._deadline: float | None = None
+
+    def begin(self, grace_seconds: float) -> None:
+        """Any thread (a signal handler): from now on, streams have ``grace_seconds``."""
+        with self._lock:
+            if self._deadline is None:
+                self._deadline = time.monotonic() + grace_seconds
+
+    @property
+    def started(self) -> bool:
+        with self._lock:
+            return self._deadline is not None
+
+    @property
+    def overdue(self) -> bool:
+        with self._lock:
+            return self._deadline is not None and time.monotonic() >= self._deadline

@@ -1,0 +1,83 @@
+"""Connection limits: a client that never finishes its headers is dropped,
+and connections past the cap are closed unread, so neither slow nor idle
+sockets can fill the server."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from mlx_speech.server import ServerSettings
+from tests.tts.support.server import RunningServer
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("connection-voices"),
+        header_timeout=0.5,
+        max_connections=4,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1024) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _open(server, first_bytes: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    if first_bytes:
+        sock.sendall(first_bytes)
+    return sock
+
+
+def test_a_client_that_never_finishes_its_headers_is_dropped(server):
+    slow = [_open(server, b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n")]
+    silent = [_open(server)]
+    try:
+        for sock in slow + silent:
+            assert _closed_by_server(sock, within=5)
+    finally:
+        for sock in slow + silent:
+            sock.close()
+
+
+def test_connections_past_the_cap_are_closed_unread(server):
+    idle = [_open(server) for _ in range(4)]
+    try:
+        extra = _open(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert _closed_by_server(extra, within=5)
+        extra.close()
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while True:  # the closed ones are released, and the server serves again
+        try:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_client_that_keeps_sending_its_request_is_served(server):
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={"input": "Hi.", "max_new_tokens": 2, "response_format": "pcm"},
+        timeout=60,
+    )
+    assert response.status_code == 200 and len(response.content) == 2 * 960 * 2
