@@ -34,7 +34,6 @@ def chunks_of(
     ``decode(the frames left, True)`` unless it gives ``None``."""
     gathered: list[Frame] = []
     for frame in frames:
-        schedule.frame_done()
         gathered.append(frame)
         if len(gathered) < schedule.frames_for_next_chunk():
             yield None

@@ -80,13 +80,31 @@ def _greedy_codes(
     return codes
 
 
-def test_lone_job_greedy_codes_are_unchanged(model, products):
+def test_lone_job_codes_are_unchanged(model, products):
+    """The stop head samples, so the job takes the single-row products."""
     prompt, _ = model.build_inference_input_ids(
         text="Hello there, how are you?", tokenizer=model.tokenizer, mode="continuation"
     )
-    exact = _greedy_codes(model, prompt, None)
+    exact = _greedy_codes(model, prompt, None, text=TEXT_HEAD)
     assert len(exact) == 24
-    assert _greedy_codes(model, prompt, products) == exact
+    assert _greedy_codes(model, prompt, products, text=TEXT_HEAD) == exact
+
+
+def test_a_greedy_job_alone_keeps_mlxs_products(model, products):
+    """So its codes are the ones it gets beside others, whatever the BLAS."""
+    calls = []
+
+    def counted(*arguments):
+        calls.append(1)
+        return products(*arguments)
+
+    prompt, _ = model.build_inference_input_ids(
+        text="Hello.", tokenizer=model.tokenizer, mode="continuation"
+    )
+    _greedy_codes(model, prompt, counted, frames=3)
+    assert calls == []
+    _greedy_codes(model, prompt, counted, frames=3, text=TEXT_HEAD)
+    assert calls
 
 
 def test_stop_frame_is_unchanged(stopping_dir, products):

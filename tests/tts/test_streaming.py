@@ -12,7 +12,6 @@ import pytest
 
 import mlx_speech
 from mlx_speech.engine import shared_engine
-from mlx_speech.pcm import to_pcm16
 from tests.tts.support.idle import wait_until_idle
 
 TEXT = "A longer text. With two sentences, and a third clause."
@@ -24,8 +23,22 @@ def test_concatenated_chunks_equal_buffered_audio(speaking_tts):
     streamed = np.concatenate([c.samples for c in chunks])
     assert len(chunks) > 2
     assert all(c.sample_rate == 48000 and c.samples.dtype == np.float32 for c in chunks)
-    difference = to_pcm16(streamed).astype(int) - to_pcm16(buffered.samples).astype(int)
-    assert np.abs(difference).max() <= 4
+    np.testing.assert_array_equal(streamed, buffered.samples)
+
+
+def test_a_seeded_stream_is_the_same_whatever_the_readers_pace(speaking_tts):
+    """Chunks follow the request alone (1, 2, 4, 8, 16, …), never the clock, so
+    a reader that dawdles gets the same chunks and the same samples."""
+    fast = list(speaking_tts.stream(TEXT, seed=5, max_new_tokens=40))
+    slow = []
+    for chunk in speaking_tts.stream(TEXT, seed=5, max_new_tokens=40):
+        slow.append(chunk)
+        time.sleep(0.05)
+    frame = 960
+    assert [len(c.samples) // frame for c in fast] == [1, 2, 4, 8, 16, 9]
+    assert [len(c.samples) for c in slow] == [len(c.samples) for c in fast]
+    for ours, theirs in zip(slow, fast, strict=True):
+        np.testing.assert_array_equal(ours.samples, theirs.samples)
 
 
 def test_output_is_48k_mono_float32(speaking_tts):

@@ -2,58 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-
 from mlx_speech import blas
-from mlx_speech.families import chunk_schedule
 from mlx_speech.families.chunk_schedule import ChunkSchedule
 
 
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = Clock()
-    monkeypatch.setattr(chunk_schedule.time, "perf_counter", fake)
-    return fake
-
-
-def _deliver(schedule: ChunkSchedule, clock: Clock, frames: int, seconds_per_frame: float):
-    for _ in range(frames):
-        clock.now += seconds_per_frame
-        schedule.frame_done()
-    schedule.chunk_done(frames)
-
-
-def test_first_chunk_is_one_frame_then_chunks_double_up_to_the_cap(clock):
-    schedule = ChunkSchedule(frame_seconds=0.08, max_frames=16)
-    assert schedule.frames_for_next_chunk() == 1
+def test_first_chunk_is_one_frame_then_chunks_double_up_to_the_cap():
+    schedule = ChunkSchedule(max_frames=16)
     sizes = []
-    for _ in range(7):  # generating 4x faster than real time: the lead keeps growing
+    for _ in range(7):
         size = schedule.frames_for_next_chunk()
         sizes.append(size)
-        _deliver(schedule, clock, size, 0.02)
+        schedule.chunk_done(size)
     assert sizes == [1, 2, 4, 8, 16, 16, 16]
-
-
-def test_growth_stops_where_the_lead_would_not_cover_the_next_chunk(clock):
-    schedule = ChunkSchedule(frame_seconds=0.08, max_frames=16)
-    _deliver(schedule, clock, 1, 0.07)  # barely faster than real time
-    _deliver(schedule, clock, 2, 0.07)
-    # 0.24 s delivered, 0.14 s played: lead 0.10 s covers 0 frames at 2 x 0.07 s each
-    assert schedule.frames_for_next_chunk() == 4  # behind the safe margin: throughput first
-    schedule = ChunkSchedule(frame_seconds=0.08, max_frames=16)
-    _deliver(schedule, clock, 1, 0.01)
-    _deliver(schedule, clock, 2, 0.01)
-    _deliver(schedule, clock, 4, 0.01)
-    # lead = 0.56 - 0.06 = 0.50 s; each frame takes 0.01 s: 25 affordable, doubling gives 8
-    assert schedule.frames_for_next_chunk() == 8
 
 
 def test_fast_blas_re_executes_at_most_once(monkeypatch, tmp_path):

@@ -14,7 +14,7 @@ token was audio-end ever reaches the decoder.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
@@ -24,6 +24,7 @@ from .forward import LocalPass, forward_rows
 from .kv_cache import BlockKVCache, block_caches
 from .row_products import RowProducts
 from .sampling import (
+    GREEDY_HEAD,
     HeadSampler,
     KeySequence,
     RepetitionHistory,
@@ -38,6 +39,10 @@ class FrameSampling:
     audio: HeadSampler
     repetition_penalty: float
     max_frames: int
+
+    @property
+    def greedy(self) -> bool:
+        return self.text.temperature == 0 and self.audio.temperature == 0
 
 
 def embed_rows(model: Model, rows: mx.array) -> mx.array:
@@ -111,7 +116,9 @@ def step(
     its matrix products through ``row_products`` when given."""
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
-    lone = row_products if len(jobs) == 1 else None
+    # Greedy codes must not depend on company, so only a sampling job takes
+    # the single-row products, whose sums round differently.
+    lone = row_products if len(jobs) == 1 and not jobs[0].sampling.greedy else None
     hidden = _global_hidden(model, jobs, lone)
     local = LocalPass(model.local_transformer, positions=config.n_vq + 1, product=lone)
     head = lone or linear
@@ -215,13 +222,21 @@ def warm_up(
     requests' default) and ``row_products`` (as the requests will be): the
     first use of the compiled parts on a machine builds their kernels
     (seconds, once; MLX keeps them on disk), and one job alone and several
-    together use different ones. Done at load, so no request waits for it."""
+    together use different ones; so does a greedy job alone when
+    ``row_products`` are given (it keeps MLX's). Done at load, so no request
+    waits for it."""
     prompt, _ = model.build_inference_input_ids(
         text="Hello.", tokenizer=model.tokenizer, mode="continuation"
     )
     first, second = (FrameJob(model, prompt, sampling, KeySequence(0)) for _ in range(2))
-    for group in ([first], [first], [second], [first, second]):
+    groups = [[first], [first], [second], [first, second]]
+    if row_products is not None:
+        greedy = replace(sampling, text=GREEDY_HEAD, audio=GREEDY_HEAD)
+        lone_greedy = FrameJob(model, prompt, greedy, KeySequence(0))
+        groups += [[lone_greedy], [lone_greedy]]
+    jobs = {id(job): job for group in groups for job in group}.values()
+    for group in groups:
         live = [job for job in group if not job.done]
         if live:
             step(model, live, row_products)
-    mx.eval([job.frame for job in (first, second) if job.frame is not None])
+    mx.eval([job.frame for job in jobs if job.frame is not None])

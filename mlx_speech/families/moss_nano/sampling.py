@@ -31,6 +31,9 @@ class HeadSampler:
     top_p: float
 
 
+GREEDY_HEAD = HeadSampler(0.0, 0, 1.0)
+
+
 def sample_rows(
     logits: mx.array, draws: list[tuple[HeadSampler, KeySequence] | None]
 ) -> mx.array:

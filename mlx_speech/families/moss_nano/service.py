@@ -39,7 +39,7 @@ from .codec import DecoderState, encode, samples_per_frame
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .row_products import RowProducts, row_products
-from .sampling import HeadSampler, KeySequence
+from .sampling import GREEDY_HEAD, HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"
 
@@ -172,7 +172,7 @@ class MossNanoService(SpeechService):
             codes = self._reference_codes(request.reference)
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
         decoder = DecoderState(self._codec)
-        schedule = ChunkSchedule(self.samples_per_frame / self.sample_rate)
+        schedule = ChunkSchedule()
         gathered: list[mx.array] = []
         chunk: DeferredOutput | None = None
         for segment in request.segments:
@@ -188,7 +188,6 @@ class MossNanoService(SpeechService):
                     raise job.failure
                 if job.stopped:
                     break
-                schedule.frame_done()
                 gathered.append(job.frame)
                 if len(gathered) >= schedule.frames_for_next_chunk():
                     chunk = self._decodes.decode(decoder, gathered)
@@ -250,7 +249,7 @@ class MossNanoService(SpeechService):
 def _frame_sampling(options: SamplingOptions) -> FrameSampling:
     greedy = options.temperature == 0
     return FrameSampling(
-        text=HeadSampler(0.0, 0, 1.0) if greedy else TEXT_HEAD,
+        text=GREEDY_HEAD if greedy else TEXT_HEAD,
         audio=HeadSampler(options.temperature, options.top_k, options.top_p),
         repetition_penalty=options.repetition_penalty,
         max_frames=options.max_new_tokens,

@@ -59,7 +59,6 @@ class Qwen3Service(SpeechService):
         self.languages = tuple(model.get_supported_languages())
         self.sample_rate = int(model.sample_rate)
         codec = model.speech_tokenizer
-        self._frame_seconds = codec.decoder.total_upsample / self.sample_rate
         self._reference_hop = int(codec.encode_downsample_rate)
         self._can_clone = bool(codec.has_encoder)
         self._takes_style = model.config.tts_model_size != "0b6"
@@ -181,7 +180,7 @@ class Qwen3Service(SpeechService):
     def synthesize(self, request: Qwen3Request) -> Iterator[Audio | None]:
         """One step per frame: ``None`` while gathering a chunk, then the chunk."""
         random_key = GlobalRandomKey(request.seed)
-        schedule = ChunkSchedule(self._frame_seconds)
+        schedule = ChunkSchedule()
         for segment in request.segments:
             # Each segment is decoded on its own, as mlx-audio does.
             decoder = RequestDecoder(self._model.speech_tokenizer.decoder)

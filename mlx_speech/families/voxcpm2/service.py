@@ -59,7 +59,6 @@ class VoxCPM2Service(SpeechService):
         vae = model.audio_vae
         self._samples_per_frame = vae.decode_chunk_size  # per latent frame
         self._reach = decoder_reach(vae, self._samples_per_frame)
-        self._patch_seconds = model.patch_size * vae.decode_chunk_size / self.sample_rate
         # One encoder patch, counted at the output rate (references arrive at it).
         self._reference_hop = model.patch_size * vae.chunk_size * (
             self.sample_rate // model._encode_sample_rate
@@ -103,7 +102,7 @@ class VoxCPM2Service(SpeechService):
             prompt = prompt_rows(model, request.text, request.reference)
         steps = random_key.steps(patches(model, prompt, request.settings))
         decoder = WindowedDecoder(model.audio_vae, self._reach, self._samples_per_frame)
-        schedule = ChunkSchedule(self._patch_seconds)
+        schedule = ChunkSchedule()
         yield from chunks_of(steps, schedule, partial(self._chunk, decoder))
 
     def _chunk(self, decoder: WindowedDecoder, gathered: list, last: bool) -> Audio:
