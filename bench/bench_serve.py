@@ -79,7 +79,7 @@ def _one_request(client: httpx.Client, url: str, body: dict) -> Outcome:
     return Outcome(first - started, time.perf_counter() - started, received, underruns)
 
 
-def _level(url: str, concurrency: int, requests: int, body: dict) -> dict:
+def run_level(url: str, concurrency: int, requests: int, body: dict) -> dict:
     outcomes: list[Outcome] = []
     failures: list[str] = []
     pending = list(range(requests))
@@ -153,7 +153,7 @@ def main() -> None:
     body = {"response_format": "pcm", "max_new_tokens": args.max_new_tokens, "seed": 1}
     if args.clone:
         body["ref_audio"] = _reference_clip()
-    levels = [_level(args.url, c, args.requests, body) for c in args.concurrency]
+    levels = [run_level(args.url, c, args.requests, body) for c in args.concurrency]
     print(
         "| conc | ok/all | ttfp mean | ttfp p95 | latency p50 | latency p95 | rtf p50 "
         "| underruns | audio s per s |"
