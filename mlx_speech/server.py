@@ -31,6 +31,7 @@ from .http.connections import guarded_protocol
 from .http.errors import ApiError
 from .http.local_only import LocalOnly
 from .http.metrics import CountedResponses, Metrics
+from .http.openapi import openapi_document
 from .http.shutdown import Shutdown
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .settings import ServerSettings
@@ -219,6 +220,10 @@ async def prometheus(request: Request) -> Response:
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document(request.app.state.settings))
+
+
 ROUTES = [
     Route("/v1/audio/speech", speech, methods=["POST"]),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
@@ -227,6 +232,7 @@ ROUTES = [
     Route("/v1/models", models, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
 ]
 
 

@@ -1,0 +1,210 @@
+"""``GET /openapi.json``: every route, field, default and error of the HTTP
+API, built from the same constants the parser checks against (a test keeps
+the request fields in step with what the parser reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clip_rules import MAX_REF_TEXT_CHARS
+from ..families.options import SEED_LIMIT
+from ..settings import ServerSettings
+from .containers import RESPONSE_FORMATS
+from .errors import ERROR_TYPES
+from .speech_request import MAX_SAMPLE_RATE, MAX_SPEED, MIN_SAMPLE_RATE, MIN_SPEED
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_STRING = {"type": "string"}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {
+        str(status): {
+            "description": ERROR_TYPES.get(status, "error"),
+            "content": {"application/json": {"schema": _ERROR}},
+        }
+        for status in statuses
+    }
+
+
+def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
+    reference = {
+        "type": "string",
+        "description": "base64, a data: URI, or a file:// URI under "
+        "--allowed-local-media-path",
+    }
+    return {
+        "input": {"type": "string", "minLength": 1, "maxLength": settings.max_input_chars},
+        "model": {"type": "string", "description": "accepted and logged"},
+        "voice": {
+            "oneOf": [
+                {"type": "string", "description": "default, a preset or a saved voice"},
+                {"type": "object", "properties": {"id": _STRING}, "required": ["id"]},
+                {
+                    "type": "object",
+                    "properties": {"ref_audio": reference, "ref_text": _STRING},
+                    "required": ["ref_audio"],
+                },
+            ],
+            "default": "default",
+        },
+        "ref_audio": reference,
+        "ref_text": {"type": "string", "maxLength": MAX_REF_TEXT_CHARS},
+        "instructions": {"type": "string", "minLength": 1},
+        "language": {"type": "string", "default": "auto"},
+        "response_format": {"enum": list(RESPONSE_FORMATS), "default": "wav"},
+        "sample_rate": {
+            "type": "integer",
+            "minimum": MIN_SAMPLE_RATE,
+            "maximum": MAX_SAMPLE_RATE,
+            "description": "default: the model's rate",
+        },
+        "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED},
+        "stream": {"type": "boolean", "default": True},
+        "stream_format": {"enum": ["audio", "sse"], "default": "audio"},
+        "temperature": {"type": "number", "minimum": 0},
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "top_k": {"type": "integer", "minimum": 0},
+        "repetition_penalty": {"type": "number", "exclusiveMinimum": 0},
+        "max_new_tokens": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "audio frames per text segment, up to the family's limit",
+        },
+        "seed": {"type": "integer", "minimum": 0, "maximum": SEED_LIMIT - 1},
+        "task_type": {"type": "string", "description": "vLLM-Omni's; accepted"},
+    }
+
+
+def _speech_route(settings: ServerSettings) -> dict[str, Any]:
+    audio = {f"audio/{kind}": {} for kind in ("wav", "pcm", "flac", "mpeg", "ogg")}
+    return {
+        "post": {
+            "summary": "Speak the input: streamed as it is generated, or buffered",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": _speech_fields(settings),
+                            "required": ["input"],
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "audio, or Server-Sent Events with stream_format sse",
+                    "content": {**audio, "text/event-stream": {}},
+                },
+                **_errors(400, 401, 403, 404, 413, 415, 429, 500, 503),
+            },
+        }
+    }
+
+
+def _voices_routes() -> dict[str, Any]:
+    voice = {"$ref": "#/components/schemas/Voice"}
+    upload = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+            "audio_sample": {"type": "string", "format": "binary"},
+            "ref_text": {"type": "string", "maxLength": MAX_REF_TEXT_CHARS},
+        },
+        "required": ["name", "audio_sample"],
+    }
+    voices = {"type": "array", "items": voice}
+    listing = {"type": "object", "properties": {"voices": voices}}
+    return {
+        "/v1/audio/voices": {
+            "get": {
+                "summary": "The model's presets and the saved voices",
+                "responses": {
+                    "200": {"content": {"application/json": {"schema": listing}}},
+                    **_errors(401, 503),
+                },
+            },
+            "post": {
+                "summary": "Save a voice",
+                "requestBody": {"content": {"multipart/form-data": {"schema": upload}}},
+                "responses": {
+                    "201": {"content": {"application/json": {"schema": voice}}},
+                    **_errors(400, 401, 403, 409, 413, 415, 503),
+                },
+            },
+        },
+        "/v1/audio/voices/{name}": {
+            "delete": {
+                "summary": "Remove a saved voice",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": _STRING}
+                ],
+                "responses": {"204": {"description": "removed"}, **_errors(401, 403, 404)},
+            }
+        },
+    }
+
+
+def _other_routes() -> dict[str, Any]:
+    def get(summary: str, content_type: str = "application/json") -> dict[str, Any]:
+        return {
+            "get": {
+                "summary": summary,
+                "responses": {"200": {"content": {content_type: {}}}, **_errors(401)},
+            }
+        }
+
+    return {
+        "/v1/models": get("The loaded model (OpenAI's list shape)"),
+        "/health": get("200 when ready; 503 while loading or when loading failed"),
+        "/metrics": get("Prometheus text", "text/plain"),
+        "/openapi.json": get("This document"),
+    }
+
+
+COMPONENTS = {
+    "schemas": {
+        "Error": {
+            "type": "object",
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "properties": {
+                        "message": _STRING,
+                        "type": _STRING,
+                        "param": {"type": ["string", "null"]},
+                        "code": {"type": ["string", "null"]},
+                    },
+                    "required": ["message", "type", "param", "code"],
+                }
+            },
+            "required": ["error"],
+        },
+        "Voice": {
+            "type": "object",
+            "properties": {
+                "name": _STRING,
+                "kind": {"enum": ["preset", "saved"]},
+                "duration_s": {"type": "number"},
+                "created": {"type": "integer"},
+                "ref_text": _STRING,
+            },
+            "required": ["name", "kind"],
+        },
+    }
+}
+
+
+def openapi_document(settings: ServerSettings) -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "mlx-speech", "version": "1"},
+        "paths": {
+            "/v1/audio/speech": _speech_route(settings),
+            **_voices_routes(),
+            **_other_routes(),
+        },
+        "components": COMPONENTS,
+    }

@@ -1,0 +1,155 @@
+"""``/openapi.json`` describes the API as the parser checks it, and a
+property-based fuzz of the speech endpoint built from it finds no 5xx."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mlx_speech.http.speech_request import RequestRules, parse_speech_request
+from mlx_speech.server import ROUTES, ServerSettings
+from tests.tts.support.server import RunningServer
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path_factory.mktemp("openapi-voices")
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def document(server) -> dict:
+    response = httpx.get(f"{server.url}/openapi.json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def _speech_fields(document: dict) -> dict:
+    body = document["paths"]["/v1/audio/speech"]["post"]["requestBody"]
+    return body["content"]["application/json"]["schema"]["properties"]
+
+
+def test_every_route_is_described(document):
+    described = {
+        (path, method.upper())
+        for path, operations in document["paths"].items()
+        for method in operations
+    }
+    served = {
+        (route.path, method)
+        for route in ROUTES
+        for method in route.methods
+        if method != "HEAD"
+    }
+    assert described == served
+
+
+class _Reads(dict):
+    """A body that records which fields the parser looks at."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def test_the_described_fields_are_the_fields_the_parser_reads(document):
+    body = _Reads(input="Hello.")
+    rules = RequestRules(
+        max_input_chars=100, max_ref_bytes=1000, presets=(), find_saved_voice=lambda _: None
+    )
+    parse_speech_request(body, rules)
+    assert set(_speech_fields(document)) == body.read
+    assert document["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]["schema"]["required"] == ["input"]
+
+
+HOSTILE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**6), max_value=0),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=8), st.integers(), max_size=2),
+    st.sampled_from(
+        [
+            "default",
+            "wav",
+            "sse",
+            "auto",
+            "\ud800",
+            "file:///etc/passwd",
+            "data:audio/wav;base64,AAAA",
+            "http://example.invalid/a.wav",
+            "A" * 6000,
+            "x" * 3000,
+        ]
+    ),
+)
+
+
+REQUIRED = ("input", "max_new_tokens")
+
+
+def _bodies(fields: list[str]):
+    return st.fixed_dictionaries(
+        {
+            "input": st.one_of(st.just("Hi."), HOSTILE),
+            # Any valid budget stays short; the rest of its values are hostile.
+            "max_new_tokens": st.one_of(st.just(2), HOSTILE),
+        },
+        optional={name: HOSTILE for name in fields if name not in REQUIRED}
+        | {"unknown_field": HOSTILE},
+    )
+
+
+def test_fuzzed_bodies_never_get_a_5xx(server, document):
+    fields = sorted(_speech_fields(document))
+
+    @settings(
+        max_examples=150,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(_bodies(fields))
+    def check(body):
+        response = httpx.post(
+            f"{server.url}/v1/audio/speech",
+            content=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+            timeout=60,
+        )
+        assert response.status_code < 500, (body, response.content[:300])
+        if response.status_code >= 400:
+            error = response.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"}
+
+    check()
+    good = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={"input": "Hi.", "max_new_tokens": 2, "response_format": "pcm"},
+        timeout=60,
+    )
+    assert good.status_code == 200 and len(good.content) == 2 * 960 * 2
