@@ -31,12 +31,15 @@ __all__ = [
 
 
 def load(
-    model: str | Path = DEFAULT_MODEL, voices_dir: str | Path | VoiceStore | None = None
+    model: str | Path = DEFAULT_MODEL,
+    voices_dir: str | Path | VoiceStore | None = None,
+    voice_aliases: dict[str, str] | None = None,
 ) -> TTS:
     """Load a checkpoint (local directory or hub id); its family comes from config.json.
 
     ``voices_dir`` holds saved voices (default: a per-user data directory), or
     is the ``VoiceStore`` to share with the caller; ``voice="NAME"`` then uses one.
+    ``voice_aliases`` maps names clients send (``{"alloy": "grandma"}``) to voices.
     """
     model_dir = resolve_model_dir(model)
     loader = family_loader(model_dir)
@@ -51,4 +54,5 @@ def load(
             raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
 
     store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
-    return TTS(engine.call(load_on_worker), engine, store)
+    aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
+    return TTS(engine.call(load_on_worker), engine, store, aliases)

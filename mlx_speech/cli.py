@@ -19,6 +19,7 @@ from .blas import active_blas, use_fast_blas
 from .errors import shown
 from .formats import FORMATS, format_for_path
 from .settings import ServerSettings
+from .voices import parse_aliases
 
 VOICES_DIR_HELP = (
     "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
@@ -150,6 +151,14 @@ def _serve_parser(commands) -> None:
     )
     serve.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
     serve.add_argument(
+        "--voice-alias",
+        action="append",
+        default=[],
+        metavar="NAME=VOICE",
+        help="speak voice NAME (e.g. OpenAI's 'alloy') as VOICE, a saved or preset "
+        "voice (repeatable; OpenAI's names are otherwise the model's own voice)",
+    )
+    serve.add_argument(
         "--allowed-local-media-path",
         default=None,
         metavar="DIR",
@@ -216,6 +225,7 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         keep_alive_timeout=args.keep_alive_timeout,
         shutdown_timeout=args.shutdown_timeout,
         voices_dir=Path(args.voices_dir) if args.voices_dir else None,
+        voice_aliases=tuple(parse_aliases(args.voice_alias).items()),
         allowed_local_media_path=(
             Path(args.allowed_local_media_path) if args.allowed_local_media_path else None
         ),

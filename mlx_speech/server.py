@@ -42,14 +42,17 @@ __all__ = ["ModelSlot", "ServerSettings", "create_app", "uvicorn_config"]
 
 log = logging.getLogger("mlx_speech.server")
 
-# (model name, the server's voice store) → the model; ``mlx_speech.load`` is one.
-Loader = Callable[[str, VoiceStore], TTS]
+# ``load(model, voices_dir=the server's store, voice_aliases=…)`` → the model;
+# ``mlx_speech.load`` is one.
+Loader = Callable[..., TTS]
 
 
 class ModelSlot:
     """The model, loaded in the background so /health can answer meanwhile."""
 
-    def __init__(self, model: str, load: Loader, store: VoiceStore):
+    def __init__(
+        self, model: str, load: Loader, store: VoiceStore, aliases: dict[str, str]
+    ):
         self.name = model
         self.tts: TTS | None = None
         self.error: Exception | None = None
@@ -57,17 +60,17 @@ class ModelSlot:
         # model has nothing to serve, so ``mlx-speech serve`` stops.
         self.on_failure: Callable[[Exception], None] | None = None
         self._thread = threading.Thread(
-            target=self._load, args=(load, store), daemon=True
+            target=self._load, args=(load, store, aliases), daemon=True
         )
 
     def start(self) -> None:
         self._thread.start()
 
-    def _load(self, load: Loader, store: VoiceStore) -> None:
+    def _load(self, load: Loader, store: VoiceStore, aliases: dict[str, str]) -> None:
         log.info("loading %s", self.name)
         started = time.perf_counter()
         try:
-            self.tts = load(self.name, store)
+            self.tts = load(self.name, voices_dir=store, voice_aliases=aliases)
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
             self.error = error
             log.error("cannot load %s: %s", self.name, error)
@@ -102,6 +105,7 @@ async def speech(request: Request) -> Response:
         max_ref_bytes=settings.max_ref_bytes,
         presets=tuple(tts.voices),
         find_saved_voice=state.store.find,
+        voice_aliases=tts.voice_aliases,
         media_root=settings.allowed_local_media_path,
     )
     parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
@@ -276,7 +280,9 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     app.state.shutdown = Shutdown()
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
-    app.state.slot = ModelSlot(settings.model, load, app.state.store)
+    app.state.slot = ModelSlot(
+        settings.model, load, app.state.store, dict(settings.voice_aliases)
+    )
     return app
 
 

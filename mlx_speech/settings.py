@@ -31,6 +31,7 @@ class ServerSettings:
     shutdown_timeout: float = 30.0  # running requests may finish, then are ended
     retry_after_seconds: int = 2
     voices_dir: Path | None = None  # None: the per-user default
+    voice_aliases: tuple[tuple[str, str], ...] = ()  # (name clients send, voice)
     allowed_local_media_path: Path | None = None  # None: file:// refused
 
     @property

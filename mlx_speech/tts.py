@@ -14,10 +14,17 @@ from .voices import resolve_voice
 
 
 class TTS:
-    def __init__(self, service: SpeechService, engine: Engine, voice_store: VoiceStore):
+    def __init__(
+        self,
+        service: SpeechService,
+        engine: Engine,
+        voice_store: VoiceStore,
+        voice_aliases: dict[str, str] | None = None,
+    ):
         self._service = service
         self._engine = engine
         self.voice_store = voice_store
+        self.voice_aliases = dict(voice_aliases or {})  # name (lower case) → voice
 
     @property
     def family(self) -> str:
@@ -48,6 +55,7 @@ class TTS:
             find_saved=self.voice_store.find,
             hint=self._service.voice_hint,
             paths=True,
+            aliases=self.voice_aliases,
         )
 
     def prepare(

@@ -2,10 +2,13 @@
 
 A name, in this order: ``"default"`` (any case) is the model's own voice; a
 preset of the loaded family (any case) is that preset, by its own spelling;
-a saved voice's name is that voice (names win over file paths); where paths
-are allowed (CLI, Python), a path to an existing file is a clip to clone.
-Any other name is unknown. A ``SavedVoice``, a path object, audio bytes and
-``(samples, sample_rate)`` are taken as they are.
+an alias the user set (``--voice-alias alloy=grandma``) is the voice it names;
+a saved voice's name is that voice (names win over file paths); one of
+OpenAI's built-in voice names (any case) is the model's own voice, since
+OpenAI clients require one; where paths are allowed (CLI, Python), a path to
+an existing file is a clip to clone. Any other name is unknown. A
+``SavedVoice``, a path object, audio bytes and ``(samples, sample_rate)``
+are taken as they are.
 
 What comes out is what the families take: ``None`` (the default voice), a
 preset name (``str``), a ``SavedVoice``, or a clip (``Path``, bytes, or
@@ -15,7 +18,7 @@ preset name (``str``), a ``SavedVoice``, or a clip (``Path``, bytes, or
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,33 @@ from .errors import InvalidRequest, shown
 from .voice_store import SavedVoice
 
 DEFAULT_VOICE = "default"
+# The names OpenAI's clients and tutorials send (its API requires a voice).
+OPENAI_VOICES = (
+    "alloy",
+    "ash",
+    "ballad",
+    "coral",
+    "echo",
+    "fable",
+    "onyx",
+    "nova",
+    "sage",
+    "shimmer",
+    "verse",
+    "marin",
+    "cedar",
+)
+
+
+def parse_aliases(pairs: Sequence[str]) -> dict[str, str]:
+    """``["alloy=grandma", …]`` → ``{"alloy": "grandma"}``; names in any case."""
+    aliases = {}
+    for pair in pairs:
+        name, separator, target = pair.partition("=")
+        if not separator or not name.strip() or not target.strip():
+            raise ValueError(f"a voice alias is NAME=VOICE, got {pair!r}")
+        aliases[name.strip().lower()] = target.strip()
+    return aliases
 
 
 class UnknownVoiceName(InvalidRequest):
@@ -40,6 +70,7 @@ def resolve_voice(
     find_saved: Callable[[str], SavedVoice | None],
     hint: str,
     paths: bool,
+    aliases: Mapping[str, str] | None = None,
 ) -> Any:
     """``voice`` as the families take it; ``hint`` (what the caller may
     pass instead) completes the unknown-name error."""
@@ -52,9 +83,20 @@ def resolve_voice(
     by_name = {name.lower(): name for name in presets}
     if voice.lower() in by_name:
         return by_name[voice.lower()]
+    if aliases and voice.lower() in aliases:
+        target = aliases[voice.lower()]
+        return resolve_voice(
+            target,
+            presets=presets,
+            find_saved=find_saved,
+            paths=paths,
+            hint=f"the alias {shown(voice)} names no voice ({shown(target)})",
+        )
     saved = find_saved(voice)
     if saved is not None:
         return saved
+    if voice.lower() in OPENAI_VOICES:
+        return None
     if paths and Path(voice).is_file():
         return Path(voice)
     raise UnknownVoiceName(voice, hint)

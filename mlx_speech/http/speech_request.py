@@ -33,6 +33,7 @@ class RequestRules:
     presets: tuple[str, ...]
     find_saved_voice: Callable[[str], SavedVoice | None]
     media_root: Path | None = None
+    voice_aliases: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
             find_saved=rules.find_saved_voice,
             hint="GET /v1/audio/voices lists the available ones",
             paths=False,
+            aliases=rules.voice_aliases,
         )
     except UnknownVoiceName as error:
         raise ApiError(404, str(error), param="voice") from None

@@ -108,7 +108,7 @@ def test_presets_and_metadata(servers, checkpoint_dirs):
 @pytest.mark.parametrize(
     ("kind", "body", "param"),
     [
-        ("custom_voice", {"voice": "alloy"}, "voice"),
+        ("custom_voice", {"voice": "nobody"}, "voice"),
         ("custom_voice", {"voice": "ryan", "language": "klingon"}, "language"),
         ("voice_design", {}, "instructions"),
         ("base", {"instructions": "Happy."}, "instructions"),

@@ -230,8 +230,8 @@ def test_a_reader_that_stops_does_not_delay_a_second_client(server):
         ({"top_k": "many"}, 400, "top_k"),
         ({"max_new_tokens": 0}, 400, "max_new_tokens"),
         ({"seed": 1.5}, 400, "seed"),
-        ({"voice": "alloy"}, 404, "voice"),
-        ({"voice": {"id": "alloy"}}, 404, "voice"),
+        ({"voice": "nobody"}, 404, "voice"),
+        ({"voice": {"id": "nobody"}}, 404, "voice"),
         ({"voice": 7}, 400, "voice"),
         ({"ref_audio": "http://example.com/a.wav"}, 400, "ref_audio"),
         ({"ref_audio": "file:///etc/passwd"}, 400, "ref_audio"),
@@ -381,9 +381,9 @@ def test_concurrent_clients_get_identical_seeded_audio(server):
 def test_health_and_speech_answer_503_while_loading(speaking_dir):
     release = threading.Event()
 
-    def slow_load(model, voices):
+    def slow_load(model, **options):
         release.wait(30)
-        return mlx_speech.load(model, voices)
+        return mlx_speech.load(model, **options)
 
     settings = ServerSettings(model=str(speaking_dir))
     with RunningServer(settings, load=slow_load, wait_until_healthy=False) as running:
@@ -398,3 +398,27 @@ def test_health_and_speech_answer_503_while_loading(speaking_dir):
             release.set()
         running.wait_until_healthy(time.monotonic() + 30)
         assert speech(running, max_new_tokens=2).status_code == 200
+
+
+def test_openai_voice_names_speak_and_aliases_pick_a_saved_voice(speaking_dir, tmp_path):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path / "voices",
+        voice_aliases=(("alloy", "narrator"),),
+    )
+    with RunningServer(settings) as running:
+        clip = io.BytesIO()
+        soundfile.write(clip, 0.3 * np.sin(np.arange(24000) / 9), 24000, format="WAV")
+        created = httpx.post(
+            f"{running.url}/v1/audio/voices",
+            data={"name": "narrator"},
+            files={"audio_sample": ("n.wav", clip.getvalue(), "audio/wav")},
+        )
+        assert created.status_code == 201
+        body = {"seed": 3, "max_new_tokens": 3, "response_format": "pcm"}
+        aliased = speech(running, voice="alloy", **body)
+        named = speech(running, voice="narrator", **body)
+        plain = speech(running, voice="shimmer", **body)
+        default = speech(running, **body)
+        assert aliased.status_code == named.status_code == plain.status_code == 200
+        assert aliased.content == named.content and plain.content == default.content

@@ -34,8 +34,8 @@ from mlx_speech.engine import shared_engine
         ({"seed": 2**63}, r"seed must be in 0\.\."),
         ({"speed": 1.0}, "unknown option speed; allowed: temperature, top_p, top_k"),
         (
-            {"voice": "alloy"},
-            "unknown voice 'alloy': not a saved voice, and MOSS-TTS-Nano has no",
+            {"voice": "nobody"},
+            "unknown voice 'nobody': not a saved voice, and MOSS-TTS-Nano has no",
         ),
         (
             {"voice": 3.5},
