@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clip_rules import check_ref_text, check_unicode
-from ..errors import InvalidRequest, shown
+from ..errors import InvalidRequest
 
 
 def check_text(text: Any) -> None:
@@ -23,21 +23,6 @@ def check_instructions(instructions: Any) -> None:
         raise InvalidRequest("instructions", "instructions must be a non-empty string")
     if instructions is not None:
         check_unicode("instructions", instructions)
-
-
-def check_language(language: Any, supported: tuple[str, ...], family: str) -> str:
-    """The family's own spelling of ``language`` (any case; ``None`` is "auto")."""
-    if language is None:
-        language = "auto"
-    if isinstance(language, str):
-        for name in supported:
-            if name.lower() == language.lower():
-                return name
-    if supported == ("auto",):
-        expected = f"{family} detects the language itself; language must be 'auto'"
-    else:
-        expected = f"language must be one of {', '.join(supported)}"
-    raise InvalidRequest("language", f"{expected}, got {shown(language)}")
 
 
 @dataclass(frozen=True)

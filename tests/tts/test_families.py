@@ -315,7 +315,8 @@ def test_voxcpm2_matrix(voxcpm2_tts):
     assert tts.family == "voxcpm2" and tts.sample_rate == 48000 and tts.voices == []
     for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
         _refused(tts, name, **{name: 0.5})
-    _refused(tts, "language", language="english")
+    _refused(tts, "language", language="klingon")
+    assert tts.prepare(TEXT, language="English").text == TEXT
     _refused(tts, "voice", voice="nobody")
     _refused(tts, "instructions", instructions="")
     request = tts.prepare(

@@ -113,7 +113,7 @@ def test_presets_and_metadata(servers, checkpoint_dirs):
         ("voice_design", {}, "instructions"),
         ("base", {"instructions": "Happy."}, "instructions"),
         ("voxcpm2", {"temperature": 0.7}, "temperature"),
-        ("voxcpm2", {"language": "english"}, "language"),
+        ("voxcpm2", {"language": "klingon"}, "language"),
         ("voxcpm2", {"speed": 1.5}, "speed"),
     ],
 )

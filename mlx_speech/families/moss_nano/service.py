@@ -30,7 +30,7 @@ from ...errors import InvalidRequest, ModelLoadError
 from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
-from ..fields import check_language
+from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
@@ -124,7 +124,7 @@ class MossNanoService(SpeechService):
             raise InvalidRequest(
                 "instructions", "MOSS-TTS-Nano does not take instructions; leave them out"
             )
-        check_language(asked.language, ("auto",), "MOSS-TTS-Nano")
+        check_language(asked.language, None, "MOSS-TTS-Nano")
         options = parse_sampling(asked.sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
             self._model.tokenizer,

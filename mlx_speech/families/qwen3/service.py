@@ -24,8 +24,8 @@ from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
-from ..fields import check_language
 from ..global_random import GlobalRandomKey
+from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import last_warning, load_quietly
 from ..reference_audio import load_mono_reference

@@ -23,8 +23,8 @@ from ...errors import InvalidRequest, ModelLoadError
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
-from ..fields import check_language
 from ..global_random import GlobalRandomKey
+from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import load_quietly
 from ..reference_audio import load_mono_reference
@@ -69,7 +69,7 @@ class VoxCPM2Service(SpeechService):
         text = asked.text
         if asked.instructions is not None:
             text = f"({asked.instructions}){text}"
-        check_language(asked.language, ("auto",), "VoxCPM2")
+        check_language(asked.language, None, "VoxCPM2")
         for name in NOT_APPLICABLE:
             if asked.sampling.get(name) is not None:
                 raise InvalidRequest(
