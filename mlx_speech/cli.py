@@ -357,14 +357,15 @@ def _speak(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     first_audio = None
     chunks = []
-    for chunk in tts.stream(
+    stream = tts.stream(
         text,
         voice=Path(args.ref_audio) if args.ref_audio else args.voice,
         ref_text=args.ref_text,
         instructions=args.instructions,
         language=args.language,
         **sampling,
-    ):
+    )
+    for chunk in stream:
         if first_audio is None:
             first_audio = time.perf_counter() - started
         chunks.append(chunk.samples)
@@ -378,6 +379,8 @@ def _speak(args: argparse.Namespace) -> None:
         f"{(first_audio or elapsed) * 1000:.0f} ms; real-time factor {rtf:.2f} "
         f"(generation time / audio time); BLAS: {active_blas()}"
     )
+    if stream.ignored:
+        print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
 
 
 def main(argv: list[str] | None = None) -> int:

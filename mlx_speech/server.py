@@ -139,6 +139,7 @@ async def speech(request: Request) -> Response:
         accepted_at=time.perf_counter(),
         on_close=metrics.request_closed,
         shutdown=state.shutdown,
+        ignored=chunks.ignored,
     )
     return AudioResponse(chunks, delivery)
 

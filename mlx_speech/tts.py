@@ -83,7 +83,9 @@ class TTS:
         or dropping the iterator stops it.
         """
         request = self.prepare(text, voice, **options)
-        return self._engine.stream(lambda: self._service.synthesize(request))
+        stream = self._engine.stream(lambda: self._service.synthesize(request))
+        stream.ignored = request.ignored
+        return stream
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""

@@ -31,6 +31,7 @@ class ChunkStream:
     def __init__(self, engine: JobRunner, start: Callable[[], Iterator[Any]]):
         self._engine = engine
         self._job = Job(start)
+        self.ignored: tuple[str, ...] = ()  # request fields the model did not use
         self._started = False
         self._ended = False
 

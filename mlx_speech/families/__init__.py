@@ -29,7 +29,8 @@ class SpeechService:
     def prepare(self, asked: SpeechInput) -> Any:
         """Caller's thread, no MLX: validate the family's fields
         (``InvalidRequest`` naming the field), apply defaults, fix the seed.
-        Returns the request ``synthesize`` takes."""
+        Returns the request ``synthesize`` takes; its ``ignored`` names the
+        fields that were accepted but have no effect in this family."""
         raise NotImplementedError
 
     def synthesize(self, request: Any) -> Iterator[Audio | Pending | None]:

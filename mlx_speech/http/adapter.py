@@ -52,6 +52,7 @@ class Delivery:
     accepted_at: float
     on_close: Callable[[], None]
     shutdown: Shutdown
+    ignored: tuple[str, ...] = ()  # request fields the model did not use
 
 
 class AudioResponse:
@@ -154,6 +155,8 @@ class AudioResponse:
         }
         if self._delivery.response_format == "pcm":
             headers["x-audio-bits"] = "16"
+        if self._delivery.ignored:
+            headers["x-mlx-speech-ignored"] = ", ".join(self._delivery.ignored)
         self._started = True
         await send(
             {

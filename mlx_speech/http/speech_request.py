@@ -14,7 +14,7 @@ from ..errors import InvalidRequest, shown
 from ..families.options import SamplingOptions, finite_number
 from ..formats import FORMATS
 from ..voice_store import SavedVoice
-from ..voices import DEFAULT_VOICE, UnknownVoiceName, resolve_voice
+from ..voices import UnknownVoiceName, resolve_voice
 from .containers import RESPONSE_FORMATS
 from .errors import ApiError
 from .media import read_local_media
@@ -115,9 +115,7 @@ def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
             )
     if voice is not None and not isinstance(voice, str):
         raise _bad("voice", "voice must be a string or an object")
-    if body.get("ref_audio") is not None:
-        if voice is not None and voice.lower() != DEFAULT_VOICE:
-            raise _bad("ref_audio", "give either a voice name or ref_audio, not both")
+    if body.get("ref_audio") is not None:  # the clip wins over a name, as in vLLM-Omni
         return _reference_bytes(body["ref_audio"], "ref_audio", rules), ref_text
     if voice is None:
         return None, ref_text

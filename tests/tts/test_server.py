@@ -221,7 +221,6 @@ def test_a_reader_that_stops_does_not_delay_a_second_client(server):
         ({"speed": 1.5}, 400, "speed"),
         ({"speed": 9}, 400, "speed"),
         ({"speed": "fast"}, 400, "speed"),
-        ({"instructions": "whisper"}, 400, "instructions"),
         ({"language": "klingon"}, 400, "language"),
         ({"stream": "yes"}, 400, "stream"),
         ({"stream_format": "ws"}, 400, "stream_format"),
@@ -422,3 +421,21 @@ def test_openai_voice_names_speak_and_aliases_pick_a_saved_voice(speaking_dir, t
         default = speech(running, **body)
         assert aliased.status_code == named.status_code == plain.status_code == 200
         assert aliased.content == named.content and plain.content == default.content
+
+
+def test_instructions_the_model_cannot_use_are_ignored_and_said_so(server):
+    body = {"seed": 4, "max_new_tokens": 3, "response_format": "pcm"}
+    styled = speech(server, instructions="Speak like a pirate.", **body)
+    plain = speech(server, **body)
+    assert styled.status_code == 200 and styled.content == plain.content
+    assert styled.headers["x-mlx-speech-ignored"] == "instructions"
+    assert "x-mlx-speech-ignored" not in plain.headers
+
+
+def test_a_clip_wins_over_a_voice_name(server, reference_clip):
+    body = {"seed": 4, "max_new_tokens": 3, "response_format": "pcm"}
+    clip = base64.b64encode(reference_clip.read_bytes()).decode()
+    named = speech(server, voice="alloy", ref_audio=clip, **body)
+    alone = speech(server, ref_audio=clip, **body)
+    assert named.status_code == 200 and named.content == alone.content
+    assert named.content != speech(server, **body).content  # the clip was used

@@ -26,7 +26,7 @@ from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
 from ...engine.batching import DeferredOutput, Pending
-from ...errors import InvalidRequest, ModelLoadError
+from ...errors import ModelLoadError
 from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
@@ -69,6 +69,7 @@ class MossNanoRequest:
     reference: Reference | None
     sampling: FrameSampling
     seed: int
+    ignored: tuple[str, ...] = ()  # fields accepted but unused
 
 
 class MossNanoService(SpeechService):
@@ -119,11 +120,9 @@ class MossNanoService(SpeechService):
 
     # Caller's thread: nothing here touches MLX.
     def prepare(self, asked: SpeechInput) -> MossNanoRequest:
-        """Cloning uses the audio alone: ``ref_text`` is not needed."""
-        if asked.instructions is not None:
-            raise InvalidRequest(
-                "instructions", "MOSS-TTS-Nano does not take instructions; leave them out"
-            )
+        """Cloning uses the audio alone: ``ref_text`` is not needed. OpenAI
+        clients send ``instructions`` (for gpt-4o-mini-tts); the model has no
+        input for them, so they are ignored, and the request says so."""
         check_language(asked.language, None, "MOSS-TTS-Nano")
         options = parse_sampling(asked.sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
@@ -136,6 +135,7 @@ class MossNanoService(SpeechService):
             reference=self._reference(asked.voice),
             sampling=_frame_sampling(options),
             seed=options.seed,
+            ignored=("instructions",) if asked.instructions is not None else (),
         )
 
     def _reference(self, voice: Any) -> Reference | None:

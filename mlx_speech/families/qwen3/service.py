@@ -47,6 +47,7 @@ class Qwen3Request:
     ref_text: str | None
     sampling: Sampling
     seed: int
+    ignored: tuple[str, ...] = ()  # fields accepted but unused
 
 
 class Qwen3Service(SpeechService):

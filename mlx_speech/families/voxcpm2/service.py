@@ -44,6 +44,7 @@ class VoxCPM2Request:
     reference: np.ndarray | None  # mono samples at the output rate
     settings: Settings
     seed: int
+    ignored: tuple[str, ...] = ()  # fields accepted but unused
 
 
 class VoxCPM2Service(SpeechService):
