@@ -37,6 +37,16 @@ def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
     assert "0.24 s of audio" in result.stdout
 
 
+def test_speak_says_which_fields_the_model_ignored(speaking_dir, tmp_path):
+    out = tmp_path / "styled.wav"
+    result = run(
+        "speak", "Hi.", "--model", str(speaking_dir), "-o", str(out),
+        "--instructions", "Whisper.", "--max-new-tokens", "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ignored (this model does not use them): instructions" in result.stdout
+
+
 def test_speak_reads_standard_input_and_honours_format(speaking_dir, tmp_path):
     out = tmp_path / "speech.out"
     result = run(

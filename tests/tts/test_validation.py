@@ -164,3 +164,12 @@ def test_missing_codec_without_network_gives_a_load_error(
     )
     with pytest.raises(mlx_speech.ModelLoadError, match="no audio_tokenizer/"):
         mlx_speech.load(no_codec)
+
+
+def test_instructions_are_ignored_by_moss_tts_nano_and_the_stream_says_so(speaking_tts):
+    stream = speaking_tts.stream("Hi.", instructions="Whisper.", seed=1, max_new_tokens=2)
+    assert stream.ignored == ("instructions",)
+    styled = np.concatenate([chunk.samples for chunk in stream])
+    plain = speaking_tts.speak("Hi.", seed=1, max_new_tokens=2).samples
+    np.testing.assert_array_equal(styled, plain)
+    assert speaking_tts.stream("Hi.", max_new_tokens=2).ignored == ()
