@@ -34,6 +34,7 @@ from .http.metrics import CountedResponses, Metrics
 from .http.openapi import openapi_document
 from .http.shutdown import Shutdown
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
+from .http.voice_listing import created_voice, removed_voice, voices_listing
 from .settings import ServerSettings
 from .tts import TTS
 from .voice_store import UnknownVoice, VoiceExists, VoiceStore
@@ -157,9 +158,9 @@ def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:
 
 async def list_voices(request: Request) -> Response:
     state = request.app.state
-    presets = [{"name": name, "kind": "preset"} for name in state.slot.ready().voices]
+    presets = state.slot.ready().voices
     saved = await anyio.to_thread.run_sync(state.store.list)
-    return JSONResponse({"voices": presets + [voice.describe() for voice in saved]})
+    return JSONResponse(voices_listing(presets, saved))
 
 
 async def add_voice(request: Request) -> Response:
@@ -180,7 +181,7 @@ async def add_voice(request: Request) -> Response:
     except InvalidRequest as error:
         raise ApiError(400, str(error), param=error.param) from None
     log.info("saved voice %s (%.1f s)", voice.name, voice.duration_s)
-    return JSONResponse(voice.describe(), status_code=201)
+    return JSONResponse(created_voice(voice), status_code=201)
 
 
 async def remove_voice(request: Request) -> Response:
@@ -190,12 +191,18 @@ async def remove_voice(request: Request) -> Response:
     except UnknownVoice:
         message = f"no saved voice named {shown(name)}"
         raise ApiError(404, message, param="name") from None
-    return Response(status_code=204)
+    return JSONResponse(removed_voice(name))
 
 
 async def models(request: Request) -> Response:
+    """OpenAI's model list; ``created`` is when this server started."""
     slot: ModelSlot = request.app.state.slot
-    entry: dict[str, Any] = {"id": slot.name, "object": "model", "owned_by": "mlx-speech"}
+    entry: dict[str, Any] = {
+        "id": slot.name,
+        "object": "model",
+        "created": request.app.state.started,
+        "owned_by": "mlx-speech",
+    }
     if slot.tts is not None:
         entry.update(
             family=slot.tts.family,
@@ -204,6 +211,12 @@ async def models(request: Request) -> Response:
             voices=slot.tts.voices,
         )
     return JSONResponse({"object": "list", "data": [entry]})
+
+
+async def audio_models(request: Request) -> Response:
+    """The speech models, as Open WebUI discovers them (``models[i]["id"]``)."""
+    slot: ModelSlot = request.app.state.slot
+    return JSONResponse({"models": [{"id": slot.name, "name": slot.name}]})
 
 
 async def health(request: Request) -> Response:
@@ -235,6 +248,7 @@ ROUTES = [
     Route("/v1/audio/voices", add_voice, methods=["POST"]),
     Route("/v1/audio/voices/{name}", remove_voice, methods=["DELETE"]),
     Route("/v1/models", models, methods=["GET"]),
+    Route("/v1/audio/models", audio_models, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
@@ -279,6 +293,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     app.state.metrics = metrics
     app.state.engine = shared_engine()
     app.state.shutdown = Shutdown()
+    app.state.started = int(time.time())
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
     app.state.slot = ModelSlot(

@@ -66,17 +66,6 @@ class SavedVoice:
     def clip(self) -> Path:
         return self.folder / self.clip_name
 
-    def describe(self) -> dict:
-        entry = {
-            "name": self.name,
-            "kind": "saved",
-            "duration_s": round(self.duration_s, 3),
-        }
-        entry["created"] = int(self.created)
-        if self.ref_text is not None:
-            entry["ref_text"] = self.ref_text
-        return entry
-
     def codes_path(self, codec_id: str) -> Path:
         return self.folder / f"codes-{codec_id}.npy"
 

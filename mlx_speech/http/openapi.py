@@ -116,7 +116,11 @@ def _voices_routes() -> dict[str, Any]:
         "required": ["name", "audio_sample"],
     }
     voices = {"type": "array", "items": voice}
-    listing = {"type": "object", "properties": {"voices": voices}}
+    uploaded = {"type": "array", "items": {"type": "object", "description": "vLLM-Omni's"}}
+    listing = {
+        "type": "object",
+        "properties": {"voices": voices, "uploaded_voices": uploaded},
+    }
     return {
         "/v1/audio/voices": {
             "get": {
@@ -141,7 +145,10 @@ def _voices_routes() -> dict[str, Any]:
                 "parameters": [
                     {"name": "name", "in": "path", "required": True, "schema": _STRING}
                 ],
-                "responses": {"204": {"description": "removed"}, **_errors(401, 403, 404)},
+                "responses": {
+                    "200": {"content": {"application/json": {}}},
+                    **_errors(401, 403, 404),
+                },
             }
         },
     }
@@ -158,6 +165,7 @@ def _other_routes() -> dict[str, Any]:
 
     return {
         "/v1/models": get("The loaded model (OpenAI's list shape)"),
+        "/v1/audio/models": get("The speech models, as Open WebUI lists them"),
         "/health": get("200 when ready; 503 while loading or when loading failed"),
         "/metrics": get("Prometheus text", "text/plain"),
         "/openapi.json": get("This document"),
@@ -185,13 +193,14 @@ COMPONENTS = {
         "Voice": {
             "type": "object",
             "properties": {
+                "id": _STRING,
                 "name": _STRING,
-                "kind": {"enum": ["preset", "saved"]},
+                "kind": {"enum": ["default", "preset", "saved"]},
                 "duration_s": {"type": "number"},
                 "created": {"type": "integer"},
                 "ref_text": _STRING,
             },
-            "required": ["name", "kind"],
+            "required": ["id", "name", "kind"],
         },
     }
 }

@@ -96,8 +96,8 @@ def test_streamed_and_buffered_bodies_carry_the_same_audio(servers):
 
 def test_presets_and_metadata(servers, checkpoint_dirs):
     voices = httpx.get(f"{servers['custom_voice'].url}/v1/audio/voices").json()["voices"]
-    assert [voice["name"] for voice in voices] == ["vivian", "ryan", "dylan"]
-    assert {voice["kind"] for voice in voices} == {"preset"}
+    assert [voice["id"] for voice in voices] == ["default", "vivian", "ryan", "dylan"]
+    assert [voice["kind"] for voice in voices] == ["default", "preset", "preset", "preset"]
     for kind, server in servers.items():
         model = httpx.get(f"{server.url}/v1/models").json()["data"][0]
         assert model["family"] == ("voxcpm2" if kind == "voxcpm2" else "qwen3_tts")

@@ -289,7 +289,13 @@ def test_info_routes(server, speaking_dir):
     assert models["object"] == "list"
     assert models["data"][0]["id"] == str(speaking_dir)
     assert models["data"][0]["family"] == "moss_tts_nano"
-    assert httpx.get(f"{server.url}/v1/audio/voices").json() == {"voices": []}
+    assert isinstance(models["data"][0]["created"], int)
+    audio_models = httpx.get(f"{server.url}/v1/audio/models").json()  # Open WebUI's
+    assert [model["id"] for model in audio_models["models"]] == [str(speaking_dir)]
+    assert httpx.get(f"{server.url}/v1/audio/voices").json() == {
+        "voices": [{"id": "default", "name": "default", "kind": "default"}],
+        "uploaded_voices": [],
+    }
     metrics = httpx.get(f"{server.url}/metrics").text
     for name in (
         'mlx_speech_requests_total{status="200"}',

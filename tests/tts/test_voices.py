@@ -161,18 +161,28 @@ def test_voice_lifecycle_over_http(voice_server):
     url = voice_server.url
     created = _upload(url, "alice", clip_bytes(1.5), ref_text="Hello world.")
     assert created.status_code == 201, created.text
-    assert created.json()["name"] == "alice" and created.json()["kind"] == "saved"
-    assert created.json()["ref_text"] == "Hello world."
-    assert abs(created.json()["duration_s"] - 1.5) < 0.01
+    voice = created.json()
+    assert voice["id"] == voice["name"] == "alice" and voice["kind"] == "saved"
+    assert voice["ref_text"] == "Hello world."
+    assert abs(voice["duration_s"] - 1.5) < 0.01
+    assert voice["success"] is True and voice["voice"]["name"] == "alice"  # vLLM-Omni
     assert _upload(url, "alice", clip_bytes(1)).status_code == 409
-    listed = httpx.get(f"{url}/v1/audio/voices").json()["voices"]
-    assert [v["name"] for v in listed] == ["alice"]
+    listing = httpx.get(f"{url}/v1/audio/voices").json()
+    assert [(v["id"], v["kind"]) for v in listing["voices"]] == [
+        ("default", "default"),
+        ("alice", "saved"),
+    ]
+    uploaded = listing["uploaded_voices"]
+    assert [v["name"] for v in uploaded] == ["alice"]
+    assert uploaded[0]["mime_type"] == "audio/x-wav" and uploaded[0]["file_size"] > 0
+    assert uploaded[0]["ref_text"] == "Hello world."
     for voice in ("alice", {"id": "alice"}):
         response = _speech(
             url, voice=voice, seed=4, max_new_tokens=4, response_format="pcm"
         )
         assert response.status_code == 200 and len(response.content) == 4 * FRAME * 2
-    assert httpx.delete(f"{url}/v1/audio/voices/alice").status_code == 204
+    removed = httpx.delete(f"{url}/v1/audio/voices/alice")
+    assert removed.status_code == 200 and removed.json()["success"] is True
     assert httpx.delete(f"{url}/v1/audio/voices/alice").status_code == 404
     assert _speech(url, voice="alice").status_code == 404
 
@@ -192,7 +202,7 @@ def test_bad_uploads(voice_server, name, clip, status, param):
     response = _upload(voice_server.url, name, clip)
     assert response.status_code == status, response.text
     assert response.json()["error"]["param"] == param
-    assert httpx.get(f"{voice_server.url}/v1/audio/voices").json()["voices"] == []
+    assert httpx.get(f"{voice_server.url}/v1/audio/voices").json()["uploaded_voices"] == []
 
 
 def test_upload_must_be_multipart(voice_server):
@@ -256,7 +266,7 @@ def test_voices_survive_a_restart(speaking_dir, tmp_path):
         before = _speech(running.url, voice="carol", seed=2, max_new_tokens=3).content
     with RunningServer(settings) as running:
         voices = httpx.get(f"{running.url}/v1/audio/voices").json()["voices"]
-        assert [v["name"] for v in voices] == ["carol"]
+        assert [v["name"] for v in voices] == ["default", "carol"]
         assert (
             _speech(running.url, voice="carol", seed=2, max_new_tokens=3).content == before
         )
