@@ -63,3 +63,13 @@ class RunningServer:
         self.server.should_exit = True
         self.thread.join(timeout=15)
         self.sock.close()
+
+
+def assert_speaks(server: RunningServer) -> None:
+    """A plain two-frame request is served whole (48 kHz PCM16 of the tiny codec)."""
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={"input": "Hi.", "max_new_tokens": 2, "response_format": "pcm"},
+        timeout=60,
+    )
+    assert response.status_code == 200 and len(response.content) == 2 * 960 * 2
