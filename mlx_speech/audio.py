@@ -23,7 +23,7 @@ class Audio:
 
     def write(self, path: str | Path, format: str | None = None) -> Path:
         """Write the audio; the container comes from ``format`` or the suffix
-        (wav, flac, mp3, opus, ogg; ``pcm`` is headerless 16-bit little-endian)."""
+        (wav, flac, mp3, opus, ogg, aac; ``pcm`` is headerless 16-bit little-endian)."""
         path = Path(path)
         audio_format = format_for_path(path, format)
         path.write_bytes(encode_whole(self.samples, self.sample_rate, audio_format.name))

@@ -17,7 +17,7 @@ import numpy as np
 from . import DEFAULT_MODEL
 from .blas import active_blas, use_fast_blas
 from .errors import shown
-from .formats import FORMATS, format_for_path
+from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
 from .settings import ServerSettings
 from .voices import parse_aliases
 
@@ -145,6 +145,14 @@ def _serve_parser(commands) -> None:
         help="require this key as 'Authorization: Bearer KEY' or 'x-api-key' "
         "(default: $MLX_SPEECH_API_KEY; unset means no auth)",
     )
+    default_format = _setting("default_format")
+    serve.add_argument(
+        "--default-format",
+        default=default_format,
+        choices=RESPONSE_FORMATS,
+        help="response_format of requests that name none "
+        f"(default: {default_format}, as OpenAI's)",
+    )
     _limit_arguments(serve)
     serve.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
@@ -206,7 +214,7 @@ def _limit_arguments(serve) -> None:
         )
 
 
-def _server_settings(args: argparse.Namespace) -> ServerSettings:
+def server_settings(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(
         model=args.model or DEFAULT_MODEL,
         host=args.host,
@@ -214,6 +222,7 @@ def _server_settings(args: argparse.Namespace) -> ServerSettings:
         api_key=args.api_key or None,
         allowed_hosts=tuple(args.allowed_host),
         cors_origins=tuple(args.cors_origin),
+        default_format=args.default_format,
         max_queue=args.max_queue,
         max_batch=args.max_batch,
         max_parked=args.max_parked,
@@ -241,7 +250,7 @@ def _serve(args: argparse.Namespace) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
     )
-    settings = _server_settings(args)
+    settings = server_settings(args)
     app = create_app(settings, mlx_speech.load)
     address = f"http://{settings.host}:{settings.port}"
     log = logging.getLogger("mlx_speech.server")
@@ -383,15 +392,19 @@ def _speak(args: argparse.Namespace) -> None:
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        use_fast_blas()
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mlx-speech", description="Local text-to-speech on MLX.")
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _speak_parser(commands)
     _voices_parser(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        use_fast_blas()
+    args = build_parser().parse_args(argv)
     try:
         {"serve": _serve, "speak": _speak, "voices": _voices}[args.command](args)
     except KeyboardInterrupt:

@@ -1,6 +1,7 @@
 """The audio formats we write, in one table: what each is called, its media
-type, how libsndfile writes it and at which rates; and whole-file encoding,
-which ``Audio.write`` and buffered HTTP responses share."""
+type, which encoder writes it (libsndfile; PyAV for AAC) and at which rates;
+and whole-file encoding, which ``Audio.write`` and buffered HTTP responses
+share."""
 
 from __future__ import annotations
 
@@ -11,16 +12,24 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
+from .aac import RATES as AAC_RATES
+from .aac import encode_aac
 from .pcm import to_pcm16
+
+MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 
 @dataclass(frozen=True)
 class AudioFormat:
     name: str
     content_type: str
-    soundfile: tuple[str, str] | None  # (format, subtype); None: headerless PCM16
-    takes_pcm16: bool  # libsndfile gets 16-bit samples (exact), else float
+    soundfile: tuple[str, str] | None  # libsndfile's (format, subtype), if it writes it
+    takes_pcm16: bool  # the encoder gets 16-bit samples (exact), else float
     rates: tuple[int, ...] | None = None  # None: any rate
+    # False: the header states the length (FLAC's STREAMINFO, which libsndfile
+    # trusts), so a streamed response carries the file whole at its end.
+    streams: bool = True
 
     def samples_for(self, samples: np.ndarray) -> np.ndarray:
         return to_pcm16(samples) if self.takes_pcm16 else samples
@@ -31,20 +40,16 @@ FORMATS = {
     for audio_format in (
         AudioFormat("pcm", "audio/pcm", None, True),
         AudioFormat("wav", "audio/wav", ("WAV", "PCM_16"), True),
-        AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16"), True),
+        AudioFormat("flac", "audio/flac", ("FLAC", "PCM_16"), True, streams=False),
         AudioFormat("ogg", "audio/ogg", ("OGG", "VORBIS"), False),
-        AudioFormat(
-            "opus", "audio/ogg", ("OGG", "OPUS"), False, (8000, 12000, 16000, 24000, 48000)
-        ),
-        AudioFormat(
-            "mp3",
-            "audio/mpeg",
-            ("MP3", "MPEG_LAYER_III"),
-            False,
-            (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
-        ),
+        AudioFormat("opus", "audio/ogg", ("OGG", "OPUS"), False, OPUS_RATES),
+        AudioFormat("mp3", "audio/mpeg", ("MP3", "MPEG_LAYER_III"), False, MP3_RATES),
+        AudioFormat("aac", "audio/aac", None, False, AAC_RATES),
     )
 }
+
+# The formats of the speech endpoint, OpenAI's list (ogg is only written to files).
+RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 
 
 def format_for_path(path: str | Path, name: str | None = None) -> AudioFormat:
@@ -62,6 +67,8 @@ def format_for_path(path: str | Path, name: str | None = None) -> AudioFormat:
 def encode_whole(samples: np.ndarray, sample_rate: int, name: str) -> bytes:
     """A complete file with exact sizes in its headers."""
     audio_format = FORMATS[name]
+    if name == "aac":
+        return encode_aac(samples, sample_rate)
     if audio_format.soundfile is None:
         return to_pcm16(samples).tobytes()
     container, subtype = audio_format.soundfile

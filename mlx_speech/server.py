@@ -108,6 +108,7 @@ async def speech(request: Request) -> Response:
         find_saved_voice=state.store.find,
         voice_aliases=tts.voice_aliases,
         media_root=settings.allowed_local_media_path,
+        default_format=settings.default_format,
     )
     parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
     waiting = metrics.in_flight - state.engine.capacity

@@ -22,6 +22,7 @@ class ServerSettings:
     max_queue: int = 16  # requests waiting for the model; more get 429
     max_batch: int = DEFAULT_MAX_BATCH  # requests stepped together per forward
     max_parked: int = DEFAULT_MAX_PARKED  # streams kept while their readers lag
+    default_format: str = "mp3"  # response_format when a request names none
     max_input_chars: int = 4096
     max_ref_bytes: int = 20 * _ONE_MIB
     stream_idle_timeout: float = 30.0

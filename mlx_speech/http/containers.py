@@ -1,4 +1,4 @@
-"""Audio containers, encoded incrementally as chunks arrive (libsndfile, no ffmpeg)."""
+"""Audio containers, encoded incrementally as chunks arrive (libsndfile; PyAV for AAC)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import struct
 import numpy as np
 import soundfile
 
-from ..formats import FORMATS
+from ..aac import AacEncoder
+from ..formats import FORMATS, encode_whole
 from ..pcm import to_pcm16
-
-# The formats of the speech endpoint (the rows of ``formats.FORMATS`` it serves).
-RESPONSE_FORMATS = ("wav", "pcm", "flac", "mp3", "opus")
 
 _SFC_SET_BITRATE_MODE = 0x1305
 _SF_BITRATE_MODE_CONSTANT = 0
@@ -73,15 +71,20 @@ class _ForwardSink:
 
 class StreamEncoder:
     """``start()``, then ``encode(chunk)`` per chunk, then ``finish()``: the
-    returned bytes, concatenated, are one continuous file."""
+    returned bytes, concatenated, are one continuous file. A format that
+    cannot stream (``AudioFormat.streams``) comes whole from ``finish()``."""
 
     def __init__(self, response_format: str, sample_rate: int):
         self.response_format = response_format
         self.sample_rate = sample_rate
         self._format = FORMATS[response_format]
         self._file: soundfile.SoundFile | None = None
+        self._aac: AacEncoder | None = None
+        self._held: list[np.ndarray] = []
         self._sink = _ForwardSink()
-        if response_format != "wav" and self._format.soundfile is not None:
+        if response_format == "aac":
+            self._aac = AacEncoder(sample_rate)
+        elif self._format.streams and self._format.soundfile and response_format != "wav":
             container, subtype = self._format.soundfile
             self._file = soundfile.SoundFile(
                 self._sink, "w", sample_rate, 1, format=container, subtype=subtype
@@ -103,6 +106,11 @@ class StreamEncoder:
         return self._sink.take()
 
     def encode(self, samples: np.ndarray) -> bytes:
+        if not self._format.streams:
+            self._held.append(samples)
+            return b""
+        if self._aac is not None:
+            return self._aac.encode(samples)
         if self._file is None:
             return to_pcm16(samples).tobytes()
         if len(samples):
@@ -110,6 +118,11 @@ class StreamEncoder:
         return self._sink.take()
 
     def finish(self) -> bytes:
+        if not self._format.streams:
+            held = np.concatenate(self._held) if self._held else np.zeros(0, np.float32)
+            return encode_whole(held, self.sample_rate, self.response_format)
+        if self._aac is not None:
+            return self._aac.finish()
         if self._file is None:
             return b""
         self._file.close()

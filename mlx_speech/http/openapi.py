@@ -8,10 +8,16 @@ from typing import Any
 
 from ..clip_rules import MAX_REF_TEXT_CHARS
 from ..families.options import SEED_LIMIT
+from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
-from .containers import RESPONSE_FORMATS
 from .errors import ERROR_TYPES
-from .speech_request import MAX_SAMPLE_RATE, MAX_SPEED, MIN_SAMPLE_RATE, MIN_SPEED
+from .speech_request import (
+    MAX_SAMPLE_RATE,
+    MAX_SPEED,
+    MIN_SAMPLE_RATE,
+    MIN_SPEED,
+    PCM_RATE,
+)
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _STRING = {"type": "string"}
@@ -52,16 +58,23 @@ def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
         "ref_text": {"type": "string", "maxLength": MAX_REF_TEXT_CHARS},
         "instructions": {"type": "string", "minLength": 1},
         "language": {"type": "string", "default": "auto"},
-        "response_format": {"enum": list(RESPONSE_FORMATS), "default": "wav"},
+        "response_format": {
+            "enum": list(RESPONSE_FORMATS),
+            "default": settings.default_format,
+        },
         "sample_rate": {
             "type": "integer",
             "minimum": MIN_SAMPLE_RATE,
             "maximum": MAX_SAMPLE_RATE,
-            "description": "default: the model's rate",
+            "description": f"default: {PCM_RATE} for pcm, else the model's rate",
         },
         "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED},
-        "stream": {"type": "boolean", "default": True},
-        "stream_format": {"enum": ["audio", "sse"], "default": "audio"},
+        "stream": {
+            "type": "boolean",
+            "description": "without stream_format: true streams SSE, false one "
+            "buffered file; neither field: a streamed file",
+        },
+        "stream_format": {"enum": ["audio", "sse"], "description": "decides when sent"},
         "temperature": {"type": "number", "minimum": 0},
         "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "top_k": {"type": "integer", "minimum": 0},
@@ -77,7 +90,7 @@ def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
 
 
 def _speech_route(settings: ServerSettings) -> dict[str, Any]:
-    audio = {f"audio/{kind}": {} for kind in ("wav", "pcm", "flac", "mpeg", "ogg")}
+    audio = {FORMATS[name].content_type: {} for name in RESPONSE_FORMATS}
     return {
         "post": {
             "summary": "Speak the input: streamed as it is generated, or buffered",

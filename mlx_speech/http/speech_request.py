@@ -12,16 +12,17 @@ from typing import Any
 
 from ..errors import InvalidRequest, shown
 from ..families.options import SamplingOptions, finite_number
-from ..formats import FORMATS
+from ..formats import FORMATS, RESPONSE_FORMATS
 from ..voice_store import SavedVoice
 from ..voices import UnknownVoiceName, resolve_voice
-from .containers import RESPONSE_FORMATS
 from .errors import ApiError
 from .media import read_local_media
 
 SAMPLING_FIELDS = tuple(option.name for option in dataclasses.fields(SamplingOptions))
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 48000
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
+# OpenAI documents ``pcm`` as 24 kHz; its clients play it at that rate.
+PCM_RATE = 24000
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class RequestRules:
     find_saved_voice: Callable[[str], SavedVoice | None]
     media_root: Path | None = None
     voice_aliases: dict[str, str] = field(default_factory=dict)
+    default_format: str = "mp3"
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class SpeechRequest:
     text: str
     voice: Any  # as ``voices.resolve_voice`` gives it: None, preset, saved voice, clip
     response_format: str
-    sample_rate: int | None
+    sample_rate: int | None  # None: the model's rate
     delivery: str  # "audio" (streamed file), "sse" (streamed events) or "buffered"
     options: dict[str, Any] = field(
         default_factory=dict
@@ -133,8 +135,10 @@ def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
     return resolved, ref_text
 
 
-def _format(body: dict) -> str:
-    response_format = body.get("response_format", "wav")
+def _format(body: dict, default: str) -> str:
+    response_format = body.get("response_format")
+    if response_format is None:
+        return default
     if not isinstance(response_format, str) or response_format not in RESPONSE_FORMATS:
         supported = ", ".join(RESPONSE_FORMATS)
         raise _bad(
@@ -147,7 +151,7 @@ def _format(body: dict) -> str:
 def _sample_rate(body: dict, response_format: str) -> int | None:
     rate = body.get("sample_rate")
     if rate is None:
-        return None
+        return PCM_RATE if response_format == "pcm" else None
     if isinstance(rate, bool) or not isinstance(rate, int):
         raise _bad("sample_rate", "sample_rate must be an integer")
     if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
@@ -179,22 +183,23 @@ def _speed(body: dict) -> None:
 
 
 def _delivery(body: dict) -> str:
-    stream = body.get("stream", True)
-    if stream is None:
-        stream = True
-    if not isinstance(stream, bool):
+    """OpenAI's default (a streamed file) when neither field is sent;
+    vLLM-Omni's meaning of ``stream`` when only it is sent; ``stream_format``
+    decides whenever it is sent."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
         raise _bad("stream", "stream must be true or false")
     stream_format = body.get("stream_format")
     if stream_format is None:
-        stream_format = "audio"
+        if stream is None:
+            return "audio"
+        return "sse" if stream else "buffered"
     if not isinstance(stream_format, str) or stream_format not in ("audio", "sse"):
         raise _bad(
             "stream_format",
             f"stream_format must be 'audio' or 'sse', got {shown(stream_format)}",
         )
-    if stream_format == "sse" and not stream:
-        raise _bad("stream_format", "stream_format 'sse' needs stream to be true")
-    return stream_format if stream else "buffered"
+    return stream_format
 
 
 def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
@@ -204,7 +209,7 @@ def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
     _optional_string(body, "model")
     _optional_string(body, "task_type")  # vLLM-Omni's; the checkpoint decides here
     voice, ref_text = _voice(body, rules)
-    response_format = _format(body)
+    response_format = _format(body, rules.default_format)
     sample_rate = _sample_rate(body, response_format)
     _speed(body)
     delivery = _delivery(body)

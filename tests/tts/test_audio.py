@@ -8,6 +8,7 @@ import soundfile
 
 from mlx_speech import Audio
 from mlx_speech.pcm import to_pcm16
+from tests.tts.support.decoding import decode_with_ffmpeg
 
 
 def test_pcm16_clips_scales_and_rounds_half_to_even():
@@ -60,5 +61,15 @@ def test_write_pcm_is_headerless_s16le(tmp_path):
 
 def test_write_rejects_unknown_formats(tmp_path):
     audio = Audio(np.zeros(10, dtype=np.float32), 48000)
-    with pytest.raises(ValueError, match="unknown audio format 'aac'; use one of pcm, wav"):
-        audio.write(tmp_path / "out.aac")
+    with pytest.raises(ValueError, match="unknown audio format 'wma'; use one of pcm, wav"):
+        audio.write(tmp_path / "out.wma")
+
+
+def test_write_aac_is_adts_that_ffmpeg_reads(tmp_path):
+    t = np.arange(48000) / 48000
+    audio = Audio((0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 48000)
+    data = audio.write(tmp_path / "out.aac").read_bytes()
+    assert data[:2] == b"\xff\xf1"  # an ADTS sync word, MPEG-4
+    samples, rate = decode_with_ffmpeg(data)
+    assert rate == 48000
+    assert 48000 <= len(samples) < 48000 + 3 * 1024  # encoder priming and padding

@@ -10,7 +10,6 @@ import threading
 import time
 
 import httpx
-import miniaudio
 import numpy as np
 import pytest
 import soundfile
@@ -18,6 +17,7 @@ import soundfile
 import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.server import ServerSettings
+from tests.tts.support.decoding import decode as decoded
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
 
@@ -34,55 +34,77 @@ def server(speaking_dir, tmp_path_factory):
 
 
 def speech(server, timeout=60, **body):
+    """A request; WAV unless the test names a format (the server's default is mp3)."""
     body.setdefault("input", "Hello there.")
+    body.setdefault("response_format", "wav")
     return httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=timeout)
 
 
 def decode(data: bytes, response_format: str, rate: int) -> np.ndarray:
-    if response_format == "pcm":
-        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767
-    if response_format == "flac":  # libsndfile cannot read a FLAC of unknown length
-        decoded = miniaudio.decode(
-            data,
-            output_format=miniaudio.SampleFormat.FLOAT32,
-            nchannels=1,
-            sample_rate=rate,
-        )
-        return np.asarray(decoded.samples, dtype=np.float32)
-    samples, found_rate = soundfile.read(io.BytesIO(data), dtype="float32")
+    samples, found_rate = decoded(data, response_format, rate)
     assert found_rate == rate
     return samples
 
 
+CONTENT_TYPES = {
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+    "flac": "audio/flac",
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+}
+# Lossy encoders add a delay and pad to whole frames.
+SLACK = {"mp3": 4000, "aac": 3 * 1024, "opus": 0}
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "buffered"])
-@pytest.mark.parametrize("response_format", ["wav", "pcm", "flac", "mp3", "opus"])
+@pytest.mark.parametrize("response_format", list(CONTENT_TYPES))
 def test_every_format_decodes_to_the_expected_duration(server, response_format, stream):
     response = speech(
         server,
         response_format=response_format,
-        stream=stream,
+        **({} if stream else {"stream": False}),
         temperature=0,
         max_new_tokens=25,
     )
     assert response.status_code == 200, response.text
-    content_types = {
-        "wav": "audio/wav",
-        "pcm": "audio/pcm",
-        "flac": "audio/flac",
-        "mp3": "audio/mpeg",
-        "opus": "audio/ogg",
-    }
-    assert response.headers["content-type"] == content_types[response_format]
-    assert response.headers["x-audio-sample-rate"] == "48000"
+    assert response.headers["content-type"] == CONTENT_TYPES[response_format]
+    rate = 24000 if response_format == "pcm" else 48000  # pcm: OpenAI's 24 kHz
+    assert response.headers["x-audio-sample-rate"] == str(rate)
     assert response.headers["x-audio-channels"] == "1"
     assert response.headers["cache-control"] == "no-cache"
     assert ("content-length" in response.headers) == (not stream)
     if response_format == "pcm":
         assert response.headers["x-audio-bits"] == "16"
-    samples = decode(response.content, response_format, 48000)
-    expected = 25 * FRAME
-    slack = 4000 if response_format == "mp3" else 0  # encoder delay and padding
-    assert expected <= len(samples) <= expected + slack
+    samples = decode(response.content, response_format, rate)
+    expected = 25 * FRAME * rate // 48000
+    assert expected <= len(samples) <= expected + SLACK.get(response_format, 0)
+
+
+def test_a_request_without_a_format_gets_mp3_as_openai_documents(server):
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={"input": "Hello there.", "temperature": 0, "max_new_tokens": 10},
+        timeout=60,
+    )
+    assert response.headers["content-type"] == "audio/mpeg"
+    samples = decode(response.content, "mp3", 48000)
+    assert 10 * FRAME <= len(samples) <= 10 * FRAME + SLACK["mp3"]
+
+
+def test_default_format_is_the_servers_choice(speaking_dir, tmp_path):
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path, default_format="flac"
+    )
+    with RunningServer(settings) as flac_server:
+        response = httpx.post(
+            f"{flac_server.url}/v1/audio/speech",
+            json={"input": "Hello there.", "max_new_tokens": 4},
+            timeout=60,
+        )
+    assert response.headers["content-type"] == "audio/flac"
+    assert len(decode(response.content, "flac", 48000)) == 4 * FRAME
 
 
 def test_streamed_wav_has_unknown_sizes(server):
@@ -127,7 +149,12 @@ def test_first_bytes_arrive_before_generation_ends(server):
         "POST",
         f"{server.url}/v1/audio/speech",
         timeout=60,
-        json={"input": "Hello there.", "temperature": 0, "max_new_tokens": 200},
+        json={
+            "input": "Hello there.",
+            "temperature": 0,
+            "max_new_tokens": 200,
+            "response_format": "wav",
+        },
     ) as response:
         chunks = response.iter_raw()
         next(chunks)
@@ -155,7 +182,8 @@ def test_disconnect_mid_stream_frees_the_worker(server):
 
 def _stalled_request(server) -> socket.socket:
     """Sends a streaming request and never reads the response."""
-    body = json.dumps({"input": "Hello there.", "temperature": 0, "max_new_tokens": 4000})
+    request = {"input": "Hi.", "temperature": 0, "max_new_tokens": 4000}
+    body = json.dumps({**request, "response_format": "wav"})
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
@@ -214,7 +242,7 @@ def test_a_reader_that_stops_does_not_delay_a_second_client(server):
         ({"input": 5}, 400, "input"),
         ({"input": ""}, 400, "input"),
         ({"input": "x" * 4097}, 400, "input"),
-        ({"response_format": "aac"}, 400, "response_format"),
+        ({"response_format": "ogg"}, 400, "response_format"),
         ({"sample_rate": 7999}, 400, "sample_rate"),
         ({"sample_rate": "24000"}, 400, "sample_rate"),
         ({"sample_rate": 44100, "response_format": "opus"}, 400, "sample_rate"),
@@ -224,7 +252,6 @@ def test_a_reader_that_stops_does_not_delay_a_second_client(server):
         ({"language": "klingon"}, 400, "language"),
         ({"stream": "yes"}, 400, "stream"),
         ({"stream_format": "ws"}, 400, "stream_format"),
-        ({"stream_format": "sse", "stream": False}, 400, "stream_format"),
         ({"temperature": -1}, 400, "temperature"),
         ({"top_k": "many"}, 400, "top_k"),
         ({"max_new_tokens": 0}, 400, "max_new_tokens"),
@@ -343,7 +370,7 @@ def test_requests_beyond_the_queue_get_429(speaking_dir):
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "buffered"])
-@pytest.mark.parametrize("response_format", ["wav", "pcm", "flac", "mp3", "opus"])
+@pytest.mark.parametrize("response_format", list(CONTENT_TYPES))
 def test_openai_sdk_gets_every_format(server, tmp_path, response_format, stream):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="local")
@@ -361,10 +388,10 @@ def test_openai_sdk_gets_every_format(server, tmp_path, response_format, stream)
         extra_body=extra,
     ) as response:
         response.stream_to_file(target)
-    samples = decode(target.read_bytes(), response_format, 48000)
-    assert (
-        10 * FRAME <= len(samples) <= 10 * FRAME + (4000 if response_format == "mp3" else 0)
-    )
+    rate = 24000 if response_format == "pcm" else 48000
+    samples = decode(target.read_bytes(), response_format, rate)
+    expected = 10 * FRAME * rate // 48000
+    assert expected <= len(samples) <= expected + SLACK.get(response_format, 0)
 
 
 def test_concurrent_clients_get_identical_seeded_audio(server):
@@ -445,3 +472,43 @@ def test_a_clip_wins_over_a_voice_name(server, reference_clip):
     alone = speech(server, ref_audio=clip, **body)
     assert named.status_code == 200 and named.content == alone.content
     assert named.content != speech(server, **body).content  # the clip was used
+
+
+@pytest.mark.parametrize(
+    "fields, shape",
+    [
+        ({}, "streamed file"),  # OpenAI's clients send neither field
+        ({"stream": True}, "events"),  # vLLM-Omni's SSE
+        ({"stream": False}, "buffered file"),
+        ({"stream_format": "audio"}, "streamed file"),
+        ({"stream": False, "stream_format": "audio"}, "streamed file"),
+        ({"stream_format": "sse"}, "events"),
+        ({"stream": False, "stream_format": "sse"}, "events"),
+    ],
+)
+def test_stream_fields_mean_what_openai_and_vllm_omni_clients_expect(
+    server, fields, shape
+):
+    response = speech(server, response_format="pcm", max_new_tokens=3, **fields)
+    assert response.status_code == 200, response.text
+    content_type = response.headers["content-type"]
+    if shape == "events":
+        assert content_type.startswith("text/event-stream")
+        return
+    assert content_type == "audio/pcm"
+    assert ("content-length" in response.headers) == (shape == "buffered file")
+    assert len(response.content) == 3 * (FRAME // 2) * 2
+
+
+def test_streamed_aac_arrives_while_it_is_generated(server):
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/audio/speech",
+        timeout=60,
+        json={"input": "Hi.", "response_format": "aac", "max_new_tokens": 300},
+    ) as response:
+        pieces = list(response.iter_raw())
+    assert response.headers["content-type"] == "audio/aac"
+    assert len(pieces) > 3 and pieces[0][:2] == b"\xff\xf1"
+    samples, rate = decoded(b"".join(pieces), "aac")
+    assert rate == 48000 and 300 * FRAME <= len(samples) <= 300 * FRAME + SLACK["aac"]

@@ -131,7 +131,9 @@ def _upload(url, name, clip, ref_text=None, **kwargs):
 
 def _speech(url, **body):
     return httpx.post(
-        f"{url}/v1/audio/speech", json={"input": "Hello.", **body}, timeout=60
+        f"{url}/v1/audio/speech",
+        json={"input": "Hello.", "response_format": "wav", **body},
+        timeout=60,
     )
 
 
@@ -178,7 +180,12 @@ def test_voice_lifecycle_over_http(voice_server):
     assert uploaded[0]["ref_text"] == "Hello world."
     for voice in ("alice", {"id": "alice"}):
         response = _speech(
-            url, voice=voice, seed=4, max_new_tokens=4, response_format="pcm"
+            url,
+            voice=voice,
+            seed=4,
+            max_new_tokens=4,
+            response_format="pcm",
+            sample_rate=48000,
         )
         assert response.status_code == 200 and len(response.content) == 4 * FRAME * 2
     removed = httpx.delete(f"{url}/v1/audio/voices/alice")
@@ -281,6 +288,7 @@ def test_openai_sdk_reaches_a_saved_voice(voice_server, tmp_path):
         model="tts-1",
         voice="dave",
         input="Hi!",
+        response_format="wav",
         extra_body={"max_new_tokens": 4, "seed": 1},
     ) as response:
         response.stream_to_file(target)

@@ -66,10 +66,11 @@ class RunningServer:
 
 
 def assert_speaks(server: RunningServer) -> None:
-    """A plain two-frame request is served whole (48 kHz PCM16 of the tiny codec)."""
+    """A plain two-frame request is served whole (PCM16 at 24 kHz, OpenAI's
+    pcm rate; the tiny codec makes 960 samples per frame at 48 kHz)."""
     response = httpx.post(
         f"{server.url}/v1/audio/speech",
         json={"input": "Hi.", "max_new_tokens": 2, "response_format": "pcm"},
         timeout=60,
     )
-    assert response.status_code == 200 and len(response.content) == 2 * 960 * 2
+    assert response.status_code == 200 and len(response.content) == 2 * 480 * 2

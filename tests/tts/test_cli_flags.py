@@ -1,0 +1,38 @@
+"""The serve flags: their defaults are ``ServerSettings``' and each reaches it."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_speech import DEFAULT_MODEL
+from mlx_speech.cli import build_parser, server_settings
+from mlx_speech.settings import ServerSettings
+
+
+def _settings(*flags: str) -> ServerSettings:
+    return server_settings(build_parser().parse_args(["serve", *flags]))
+
+
+def test_serve_without_flags_runs_with_the_default_settings():
+    assert _settings() == ServerSettings(model=DEFAULT_MODEL)
+
+
+@pytest.mark.parametrize(
+    "flags, field, value",
+    [
+        (["--default-format", "wav"], "default_format", "wav"),
+        (["--max-parked", "3"], "max_parked", 3),
+        (["--max-batch", "2"], "max_batch", 2),
+        (["--voice-alias", "alloy=grandma"], "voice_aliases", (("alloy", "grandma"),)),
+        (["--cors-origin", "*"], "cors_origins", ("*",)),
+    ],
+)
+def test_each_flag_sets_its_field(flags, field, value):
+    assert getattr(_settings(*flags), field) == value
+
+
+def test_an_unknown_default_format_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exited:
+        _settings("--default-format", "wma")
+    assert exited.value.code == 2
+    assert "--default-format" in capsys.readouterr().err
