@@ -309,7 +309,7 @@ def _voices_parser(commands) -> None:
 
 
 def _voices(args: argparse.Namespace) -> None:
-    from mlx_speech.voice_store import UnknownVoice, VoiceExists, VoiceStore
+    from mlx_speech.voice_store import UnknownVoice, VoiceStore
 
     store = VoiceStore(args.voices_dir)
     if args.action == "list":
@@ -317,11 +317,12 @@ def _voices(args: argparse.Namespace) -> None:
             text = f"  {voice.ref_text!r}" if voice.ref_text else ""
             print(f"{voice.name}\t{voice.duration_s:.2f} s{text}")
     elif args.action == "add":
-        try:
-            voice = store.add(args.name, _read_clip(args.file), args.ref_text)
-        except VoiceExists:
-            raise RuntimeError(f"a voice named {shown(args.name)} already exists") from None
-        print(f"saved {voice.name} ({voice.duration_s:.2f} s) in {store.directory}")
+        clip = _read_clip(args.file)
+        replacing = store.find(args.name) is not None
+        voice = store.add(args.name, clip, args.ref_text)
+        replaced = ", replacing the voice of that name" if replacing else ""
+        print(f"saved {voice.name} ({voice.duration_s:.2f} s) in {store.directory}", end="")
+        print(replaced)
     else:
         try:
             store.remove(args.name)

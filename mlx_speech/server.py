@@ -37,7 +37,7 @@ from .http.speech_request import RequestRules, SpeechRequest, parse_speech_reque
 from .http.voice_listing import created_voice, removed_voice, voices_listing
 from .settings import ServerSettings
 from .tts import TTS
-from .voice_store import UnknownVoice, VoiceExists, VoiceStore
+from .voice_store import UnknownVoice, VoiceStore
 
 __all__ = ["ModelSlot", "ServerSettings", "create_app", "uvicorn_config"]
 
@@ -176,9 +176,6 @@ async def add_voice(request: Request) -> Response:
         voice = await anyio.to_thread.run_sync(
             state.store.add, name, upload.clip, upload.ref_text
         )
-    except VoiceExists:
-        message = f"a voice named {shown(name)} already exists"
-        raise ApiError(409, message, param="name") from None
     except InvalidRequest as error:
         raise ApiError(400, str(error), param=error.param) from None
     log.info("saved voice %s (%.1f s)", voice.name, voice.duration_s)

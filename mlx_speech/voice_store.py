@@ -1,15 +1,18 @@
 """Saved voices: a directory of clips that survive restarts and crashes.
 
 Each voice is a folder ``<dir>/<name>/`` holding the clip as uploaded
-(``clip.<ext>``), ``voice.json`` (name, ref_text, created, duration) and, once
-a model has encoded it, ``codes-<codec id>.npy``. A voice appears by renaming a
-fully written, fsynced temporary folder into place, and disappears by renaming
-it away before deletion, so a crash at any point leaves every saved voice
-whole and no half voice visible.
+(``clip.<ext>``), ``voice.json`` (name, ref_text, created, duration, version)
+and, once a model has encoded it, ``codes-<codec id>-<version>.npy``. A voice
+appears by renaming a fully written, fsynced temporary folder into place, is
+replaced by swapping the new folder with the old one in one step, and
+disappears by renaming it away before deletion, so a crash at any point
+leaves every saved voice whole and no half voice visible.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import io
 import json
 import logging
@@ -36,10 +39,6 @@ _PENDING_PREFIX = ".pending-"
 _DELETED_PREFIX = ".deleted-"
 
 
-class VoiceExists(Exception):
-    pass
-
-
 class UnknownVoice(KeyError):
     pass
 
@@ -61,13 +60,17 @@ class SavedVoice:
     ref_text: str | None
     created: float
     duration_s: float
+    # Names this upload: codes computed from a replaced clip never pass for
+    # the new one's. None for voices saved before versions existed.
+    version: str | None = None
 
     @property
     def clip(self) -> Path:
         return self.folder / self.clip_name
 
     def codes_path(self, codec_id: str) -> Path:
-        return self.folder / f"codes-{codec_id}.npy"
+        suffix = f"-{self.version}" if self.version else ""
+        return self.folder / f"codes-{codec_id}{suffix}.npy"
 
     def load_codes(self, codec_id: str) -> np.ndarray | None:
         try:
@@ -106,6 +109,32 @@ def _write_atomically(path: Path, data: bytes) -> None:
     _write_file(temporary, data)
     os.replace(temporary, path)
     _fsync_dir(path.parent)
+
+
+_RENAME_EXCHANGE = 2  # Linux renameat2
+_RENAME_SWAP = 2  # macOS renamex_np
+_AT_FDCWD = -100
+_NO_SWAP = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
+def _swap(first: Path, second: Path) -> bool:
+    """Exchange two folders in one step (renameat2 on Linux, renamex_np on
+    macOS); False where the system or filesystem cannot."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = os.fsencode(first), os.fsencode(second)
+    try:
+        if sys.platform == "darwin":
+            failed = libc.renamex_np(a, b, _RENAME_SWAP)
+        else:
+            failed = libc.renameat2(_AT_FDCWD, a, _AT_FDCWD, b, _RENAME_EXCHANGE)
+    except AttributeError:  # a libc without the call
+        return False
+    if not failed:
+        return True
+    code = ctypes.get_errno()
+    if code in _NO_SWAP:
+        return False
+    raise OSError(code, os.strerror(code), str(second))
 
 
 def validate_name(name: object) -> str:
@@ -164,7 +193,11 @@ class VoiceStore:
     def find(self, name: str) -> SavedVoice | None:
         if not NAME_PATTERN.fullmatch(name) or name.startswith("."):
             return None
-        return self._read(self.directory / name)
+        folder = self.directory / name
+        voice = self._read(folder)
+        if voice is None and folder.is_dir():
+            voice = self._read(folder)  # read across a replacement: once more
+        return voice
 
     def _read(self, folder: Path) -> SavedVoice | None:
         try:
@@ -176,22 +209,29 @@ class VoiceStore:
                 ref_text=meta.get("ref_text"),
                 created=float(meta["created"]),
                 duration_s=float(meta["duration_s"]),
+                version=meta.get("version"),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return voice if voice.clip.is_file() else None
 
     def add(self, name: str, clip: bytes, ref_text: str | None = None) -> SavedVoice:
+        """Save the clip as ``name``; a voice of that name is replaced (as
+        vLLM-Omni does) in one step: readers see the old voice or the new."""
         name = validate_name(name)
         check_ref_text(ref_text)
         seconds, suffix = clip_duration(clip)
         root = self._ready()
-        if (root / name).exists():
-            raise VoiceExists(name)
         pending = root / f"{_PENDING_PREFIX}{secrets.token_hex(8)}"
         pending.mkdir()
         voice = SavedVoice(
-            name, root / name, f"clip.{suffix}", ref_text, time.time(), seconds
+            name,
+            root / name,
+            f"clip.{suffix}",
+            ref_text,
+            time.time(),
+            seconds,
+            secrets.token_hex(6),
         )
         try:
             _write_file(pending / voice.clip_name, clip)
@@ -200,18 +240,39 @@ class VoiceStore:
                 "ref_text": ref_text,
                 "created": voice.created,
                 "duration_s": seconds,
+                "version": voice.version,
             }
             _write_file(pending / "voice.json", json.dumps(meta).encode())
             _fsync_dir(pending)
-            try:
-                os.rename(pending, root / name)  # atomic; fails if the name appeared
-            except OSError:
-                raise VoiceExists(name) from None
+            self._put_in_place(pending, root / name)
             _fsync_dir(root)
         finally:
-            if pending.exists():
+            if pending.exists():  # unwritten, or the voice it replaced
                 shutil.rmtree(pending, ignore_errors=True)
         return voice  # what was written: another request may delete it meanwhile
+
+    def _put_in_place(self, pending: Path, target: Path) -> None:
+        """Rename ``pending`` to ``target``; a voice already there ends up at
+        ``pending``. Where folders cannot be swapped, the old one is renamed
+        away first, so the name is briefly absent (never half written)."""
+        displaced: list[Path] = []
+        while True:
+            try:
+                os.rename(pending, target)  # atomic; fails if a voice is there
+                break
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+            try:
+                if _swap(pending, target):
+                    return
+                doomed = self.directory / f"{_DELETED_PREFIX}{secrets.token_hex(8)}"
+                os.rename(target, doomed)
+                displaced.append(doomed)
+            except FileNotFoundError:  # deleted meanwhile: the plain rename will do
+                continue
+        for doomed in displaced:
+            shutil.rmtree(doomed, ignore_errors=True)
 
     def remove(self, name: str) -> None:
         voice = self.get(name)

@@ -138,6 +138,16 @@ def test_base_clone_without_a_transcript_is_a_400(servers):
     assert response.json()["error"]["param"] == "ref_text"
 
 
+def test_a_preset_name_cannot_be_saved_over(servers):
+    added = httpx.post(
+        f"{servers['custom_voice'].url}/v1/audio/voices",
+        data={"name": "Vivian"},
+        files={"audio_sample": ("clip.wav", _clip_wav(44100), "audio/wav")},
+    )
+    assert added.status_code == 409
+    assert added.json()["error"]["message"] == "'Vivian' is a preset voice of this model"
+
+
 def test_saved_voice_clones_with_its_transcript_over_http(servers):
     server = servers["base"]
     added = httpx.post(

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -16,9 +17,10 @@ import pytest
 import soundfile
 
 import mlx_speech
+from mlx_speech import voice_store
 from mlx_speech.errors import InvalidRequest
 from mlx_speech.server import ServerSettings
-from mlx_speech.voice_store import VoiceExists, VoiceStore
+from mlx_speech.voice_store import VoiceStore
 from tests.tts.support.server import RunningServer
 
 FRAME = 960
@@ -113,9 +115,63 @@ def test_store_rules(tmp_path):
     with pytest.raises(InvalidRequest, match="clips must be 0.5-30 s"):
         store.add("long", clip_bytes(31, rate=8000))
     store.add("ok", clip_bytes(1))
-    with pytest.raises(VoiceExists):
-        store.add("ok", clip_bytes(1))
     assert [v.name for v in store.list()] == ["ok"]
+
+
+@pytest.mark.parametrize("can_swap", [True, False], ids=["swapped", "renamed-away"])
+def test_saving_a_name_again_replaces_the_voice(tmp_path, monkeypatch, can_swap):
+    if not can_swap:
+        monkeypatch.setattr(voice_store, "_swap", lambda first, second: False)
+    store = VoiceStore(tmp_path)
+    old = store.add("ann", clip_bytes(1), ref_text="old")
+    old.save_codes("codec", np.zeros((3, 2), dtype=np.int32))
+    new = store.add("ann", clip_bytes(2, fmt="FLAC"), ref_text="new")
+    found = store.get("ann")
+    assert (found.ref_text, found.duration_s, found.clip_name) == ("new", 2.0, "clip.flac")
+    assert found.version == new.version != old.version
+    assert found.load_codes("codec") is None  # the old clip's codes are not the new one's
+    old.save_codes("codec", np.ones((3, 2), dtype=np.int32))  # a late write for the old
+    assert store.get("ann").load_codes("codec") is None
+    assert [p.name for p in tmp_path.iterdir()] == ["ann"]  # nothing left behind
+
+
+def test_readers_see_the_old_voice_or_the_new_during_replacements(tmp_path):
+    store = VoiceStore(tmp_path)
+    clips = {1.0: clip_bytes(1), 2.0: clip_bytes(2, fmt="FLAC")}
+    store.add("bob", clips[1.0])
+    stop = threading.Event()
+
+    def replace_again_and_again():
+        while not stop.is_set():
+            for clip in clips.values():
+                store.add("bob", clip)
+
+    writer = threading.Thread(target=replace_again_and_again)
+    writer.start()
+    try:
+        seen = set()
+        for _ in range(3000):
+            voice = store.find("bob")
+            assert voice is not None
+            seen.add(voice.duration_s)
+    finally:
+        stop.set()
+        writer.join()
+    assert seen <= set(clips)
+
+
+def test_a_legacy_voice_without_a_version_is_read_and_replaced(tmp_path):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "clip.wav").write_bytes(clip_bytes(1))
+    meta = {"clip": "clip.wav", "ref_text": None, "created": 1.0, "duration_s": 1.0}
+    (folder / "voice.json").write_text(json.dumps(meta))
+    np.save(folder / "codes-codec.npy", np.zeros((2, 2), dtype=np.int32))
+    store = VoiceStore(tmp_path)
+    assert store.get("old").load_codes("codec") is not None
+    store.add("old", clip_bytes(2))
+    assert store.get("old").duration_s == 2.0
+    assert store.get("old").load_codes("codec") is None
 
 
 def _upload(url, name, clip, ref_text=None, **kwargs):
@@ -161,14 +217,15 @@ def test_the_server_and_its_model_share_the_voices_dir(voice_server):
 
 def test_voice_lifecycle_over_http(voice_server):
     url = voice_server.url
-    created = _upload(url, "alice", clip_bytes(1.5), ref_text="Hello world.")
+    first = _upload(url, "alice", clip_bytes(1), ref_text="An earlier take.")
+    assert first.status_code == 201, first.text
+    created = _upload(url, "alice", clip_bytes(1.5), ref_text="Hello world.")  # replaces
     assert created.status_code == 201, created.text
     voice = created.json()
     assert voice["id"] == voice["name"] == "alice" and voice["kind"] == "saved"
     assert voice["ref_text"] == "Hello world."
     assert abs(voice["duration_s"] - 1.5) < 0.01
     assert voice["success"] is True and voice["voice"]["name"] == "alice"  # vLLM-Omni
-    assert _upload(url, "alice", clip_bytes(1)).status_code == 409
     listing = httpx.get(f"{url}/v1/audio/voices").json()
     assert [(v["id"], v["kind"]) for v in listing["voices"]] == [
         ("default", "default"),
@@ -303,10 +360,14 @@ t = np.arange(48000 * 25) / 48000
 buffer = io.BytesIO()
 soundfile.write(buffer, np.stack([np.sin(t), np.cos(t)], axis=1), 48000, format="WAV")
 clip = buffer.getvalue()
+buffer = io.BytesIO()
+soundfile.write(buffer, np.sin(t[:48000]), 48000, format="FLAC")
+other = buffer.getvalue()
 print("ready", flush=True)
 index = 0
 while True:
     store.add(f"voice{index}", clip)
+    store.add("replaced", clip if index % 2 else other)
     index += 1
 """
 
@@ -331,6 +392,8 @@ def test_killed_writer_leaves_the_store_consistent(tmp_path):
             data, rate = soundfile.read(voice.clip)
             assert abs(len(data) / rate - meta["duration_s"]) < 1e-6
         assert store.get("keeper").clip.read_bytes() == keeper_clip
+        if store.find("voice1") is not None:
+            assert store.find("replaced") is not None  # replaced, never lost
     store.sweep()
     assert not [p for p in directory.iterdir() if p.name.startswith(".")]
 
