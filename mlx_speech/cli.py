@@ -170,7 +170,8 @@ def _serve_parser(commands) -> None:
         "--allowed-local-media-path",
         default=None,
         metavar="DIR",
-        help="allow ref_audio file:// URIs for files under DIR (default: refused)",
+        help="allow ref_audio to name files under DIR, as file:// URIs or absolute "
+        "paths (default: refused)",
     )
 
 

@@ -12,6 +12,7 @@ from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
 from .errors import ERROR_TYPES
 from .speech_request import (
+    ACCEPTED_REFERENCES,
     MAX_SAMPLE_RATE,
     MAX_SPEED,
     MIN_SAMPLE_RATE,
@@ -34,11 +35,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
-    reference = {
-        "type": "string",
-        "description": "base64, a data: URI, or a file:// URI under "
-        "--allowed-local-media-path",
-    }
+    clip = {"type": "string", "description": ACCEPTED_REFERENCES}
+    reference = {"oneOf": [clip, {"type": "array", "items": clip, "minItems": 1}]}
     return {
         "input": {"type": "string", "minLength": 1, "maxLength": settings.max_input_chars},
         "model": {"type": "string", "description": "accepted and logged"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,9 +73,24 @@ def _text(body: dict, max_chars: int) -> str:
     return text
 
 
+ACCEPTED_REFERENCES = (
+    "base64, a data: URI, or a file:// URI or absolute path under "
+    "--allowed-local-media-path (or a list of these: the first is used)"
+)
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def _looks_like_base64(value: str) -> bool:
+    return len(value) % 4 == 0 and _BASE64.fullmatch(value) is not None
+
+
 def _reference_bytes(value: Any, param: str, rules: RequestRules) -> bytes:
+    if isinstance(value, list):  # vLLM-Omni takes lists; our families use one clip
+        if not value:
+            raise _bad(param, f"{param} is an empty list; send {ACCEPTED_REFERENCES}")
+        value = value[0]
     if not isinstance(value, str) or not value:
-        raise _bad(param, f"{param} must be a base64 string, a data: URI or a file:// URI")
+        raise _bad(param, f"{param} must be {ACCEPTED_REFERENCES}")
     scheme = value.split(":", 1)[0].lower() if ":" in value[:16] else ""
     if scheme in ("http", "https"):
         raise _bad(
@@ -82,7 +98,8 @@ def _reference_bytes(value: Any, param: str, rules: RequestRules) -> bytes:
             f"{param}: URLs are not fetched by the server; "
             "upload the clip or send it base64",
         )
-    if scheme == "file":
+    # Base64 may start with "/" too (MP3 frames do); a path rarely is valid base64.
+    if scheme == "file" or (value.startswith("/") and not _looks_like_base64(value)):
         return read_local_media(value, rules.media_root, rules.max_ref_bytes, param)
     payload = value
     if scheme == "data":
@@ -96,7 +113,9 @@ def _reference_bytes(value: Any, param: str, rules: RequestRules) -> bytes:
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        raise _bad(param, f"{param} is not valid base64") from None
+        raise _bad(
+            param, f"{param} is not valid base64; send {ACCEPTED_REFERENCES}"
+        ) from None
 
 
 def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:

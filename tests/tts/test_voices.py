@@ -297,6 +297,49 @@ def test_ref_audio_from_an_allowed_file(voice_server):
     assert response.status_code == 200, response.text
 
 
+def test_ref_audio_as_a_path_or_a_list_as_vllm_omni_clients_send_it(voice_server):
+    clip = voice_server.media / "clip.wav"
+    clip.write_bytes(clip_bytes(1))
+    body = {"seed": 1, "max_new_tokens": 3}
+    by_uri = _speech(voice_server.url, ref_audio=clip.as_uri(), **body)
+    assert by_uri.status_code == 200, by_uri.text
+    for reference in (
+        str(clip),
+        [str(clip), "ignored: only the first clip is used"],
+        [base64.b64encode(clip.read_bytes()).decode()],
+    ):
+        response = _speech(voice_server.url, ref_audio=reference, **body)
+        assert response.status_code == 200, response.text
+        assert response.content == by_uri.content
+    empty = _speech(voice_server.url, ref_audio=[])
+    assert empty.status_code == 400 and "empty list" in empty.json()["error"]["message"]
+
+
+def test_base64_that_starts_like_a_path_is_still_base64(voice_server):
+    encoded = base64.b64encode(clip_bytes(1, fmt="MP3")).decode()
+    assert encoded.startswith("/")  # MP3 frames start with 0xFF
+    response = _speech(voice_server.url, ref_audio=encoded, seed=1, max_new_tokens=3)
+    assert response.status_code == 200, response.text
+
+
+def test_a_reference_in_no_accepted_form_is_told_the_accepted_ones(voice_server):
+    response = _speech(voice_server.url, ref_audio="%%% not a clip")
+    message = response.json()["error"]["message"]
+    assert response.status_code == 400
+    assert "base64, a data: URI, or a file:// URI or absolute path" in message
+
+
+def test_local_files_are_refused_unless_a_directory_is_allowed(speaking_dir, tmp_path):
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(clip_bytes(1))
+    settings = ServerSettings(model=str(speaking_dir), voices_dir=tmp_path / "voices")
+    with RunningServer(settings) as running:
+        for reference in (str(clip), clip.as_uri()):
+            response = _speech(running.url, ref_audio=reference)
+            assert response.status_code == 400
+            assert "--allowed-local-media-path" in response.json()["error"]["message"]
+
+
 def test_file_references_are_confined_to_the_allowed_directory(voice_server, tmp_path):
     outside = tmp_path / "outside.wav"
     outside.write_bytes(clip_bytes(1))
@@ -306,6 +349,8 @@ def test_file_references_are_confined_to_the_allowed_directory(voice_server, tmp
         f"file://{voice_server.media}/../outside.wav",  # traversal
         link.as_uri(),  # symlink escaping the directory
         outside.as_uri(),  # absolute path elsewhere
+        str(outside),
+        f"{voice_server.media}/../outside.wav",
         "file:///etc/passwd",
     ):
         response = _speech(voice_server.url, ref_audio=uri)
