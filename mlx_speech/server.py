@@ -24,8 +24,16 @@ from uvicorn import Config
 
 from .engine import ChunkStream, Engine, shared_engine
 from .errors import InvalidRequest, shown
-from .http.adapter import END_EARLY_SECONDS, STOPPING, AudioResponse, Delivery
+from .http.adapter import (
+    END_EARLY_SECONDS,
+    SHUTDOWN_POLL_SECONDS,
+    STOPPING,
+    AudioResponse,
+    Delivery,
+)
 from .http.auth import ApiKeyGuard
+from .http.batch import Item, parse_items, run_item
+from .http.batch import answer as batch_answer
 from .http.bodies import read_json, read_voice_upload
 from .http.connections import guarded_protocol
 from .http.errors import ApiError
@@ -93,15 +101,9 @@ class ModelSlot:
         return self.tts
 
 
-async def speech(request: Request) -> Response:
-    state = request.app.state
+def _rules(state: Any, tts: TTS) -> RequestRules:
     settings: ServerSettings = state.settings
-    metrics: Metrics = state.metrics
-    if state.shutdown.started:
-        raise ApiError(503, STOPPING, headers={"retry-after": "5"})
-    tts = state.slot.ready()
-    body = await read_json(request, settings.max_body_bytes)
-    rules = RequestRules(
+    return RequestRules(
         max_input_chars=settings.max_input_chars,
         max_ref_bytes=settings.max_ref_bytes,
         presets=tuple(tts.voices),
@@ -110,15 +112,30 @@ async def speech(request: Request) -> Response:
         media_root=settings.allowed_local_media_path,
         default_format=settings.default_format,
     )
-    parsed = await anyio.to_thread.run_sync(parse_speech_request, body, rules)
-    waiting = metrics.in_flight - state.engine.capacity
-    if waiting >= settings.max_queue:
+
+
+def _admit(state: Any) -> None:
+    """Count a request in, or refuse it (503 stopping, 429 too many waiting)."""
+    if state.shutdown.started:
+        raise ApiError(503, STOPPING, headers={"retry-after": "5"})
+    waiting = state.metrics.in_flight - state.engine.capacity
+    if waiting >= state.settings.max_queue:
         raise ApiError(
             429,
             f"{waiting} requests are already waiting; try again shortly",
-            headers={"retry-after": str(settings.retry_after_seconds)},
+            headers={"retry-after": str(state.settings.retry_after_seconds)},
         )
-    metrics.request_opened()  # before the await below, so the queue bound holds
+    state.metrics.request_opened()  # before any await, so the queue bound holds
+
+
+async def speech(request: Request) -> Response:
+    state = request.app.state
+    settings: ServerSettings = state.settings
+    metrics: Metrics = state.metrics
+    tts = state.slot.ready()
+    body = await read_json(request, settings.max_body_bytes)
+    parsed = await anyio.to_thread.run_sync(parse_speech_request, body, _rules(state, tts))
+    _admit(state)
     try:
         # Validation decodes reference audio: keep it off the event loop.
         chunks = await anyio.to_thread.run_sync(_open_stream, tts, parsed)
@@ -144,6 +161,63 @@ async def speech(request: Request) -> Response:
         ignored=chunks.ignored,
     )
     return AudioResponse(chunks, delivery)
+
+
+async def speech_batch(request: Request) -> Response:
+    """vLLM-Omni's batch: the items run together through the engine (as many
+    at once as ``--max-batch``); the batch waits in the queue as one request."""
+    state = request.app.state
+    tts = state.slot.ready()
+    body = await read_json(request, state.settings.max_body_bytes)
+    items = await anyio.to_thread.run_sync(parse_items, body, _rules(state, tts))
+    _admit(state)
+    try:
+        for item in items:
+            if item.request is not None:
+                await anyio.to_thread.run_sync(_open_item, tts, item)
+        await _run_items(request, items, tts.sample_rate)
+    finally:
+        for item in items:
+            if item.stream is not None:
+                item.stream.cancel()
+        state.metrics.request_closed()
+    log.info("speech batch: %d items", len(items))
+    return JSONResponse(batch_answer(items))
+
+
+def _open_item(tts: TTS, item: Item) -> None:
+    try:
+        item.stream = _open_stream(tts, item.request)
+    except ApiError as error:
+        item.fail(error.message)
+
+
+async def _run_items(request: Request, items: list[Item], native_rate: int) -> None:
+    limiter = anyio.CapacityLimiter(request.app.state.settings.max_batch)
+
+    async def run(item: Item) -> None:
+        await anyio.to_thread.run_sync(
+            run_item, item, native_rate, limiter=limiter, abandon_on_cancel=True
+        )
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(_stop_items_when_abandoned, request, group.cancel_scope)
+        async with anyio.create_task_group() as running:
+            for item in items:
+                if item.stream is not None:
+                    running.start_soon(run, item)
+        group.cancel_scope.cancel()
+    for item in items:
+        if item.result is None:
+            item.fail(STOPPING if request.app.state.shutdown.overdue else "cancelled")
+
+
+async def _stop_items_when_abandoned(request: Request, scope: anyio.CancelScope) -> None:
+    """The client left, or the server must stop: end the items' work."""
+    shutdown = request.app.state.shutdown
+    while not (shutdown.overdue or await request.is_disconnected()):
+        await anyio.sleep(SHUTDOWN_POLL_SECONDS)
+    scope.cancel()
 
 
 def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:
@@ -242,6 +316,7 @@ async def openapi(request: Request) -> Response:
 
 ROUTES = [
     Route("/v1/audio/speech", speech, methods=["POST"]),
+    Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
     Route("/v1/audio/voices", add_voice, methods=["POST"]),
     Route("/v1/audio/voices/{name}", remove_voice, methods=["DELETE"]),

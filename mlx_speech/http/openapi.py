@@ -10,6 +10,7 @@ from ..clip_rules import MAX_REF_TEXT_CHARS
 from ..families.options import SEED_LIMIT
 from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
+from .batch import MAX_ITEMS
 from .errors import ERROR_TYPES
 from .speech_request import (
     ACCEPTED_REFERENCES,
@@ -110,6 +111,60 @@ def _speech_route(settings: ServerSettings) -> dict[str, Any]:
                     "content": {**audio, "text/event-stream": {}},
                 },
                 **_errors(400, 401, 403, 404, 413, 415, 429, 500, 503),
+            },
+        }
+    }
+
+
+def _batch_route(settings: ServerSettings) -> dict[str, Any]:
+    fields = _speech_fields(settings)
+    item = {"type": "object", "properties": fields, "required": ["input"]}
+    defaults = {
+        k: v for k, v in fields.items() if k not in ("input", "stream", "stream_format")
+    }
+    body = {
+        "type": "object",
+        "properties": {
+            "items": {"type": "array", "items": item, "minItems": 1, "maxItems": MAX_ITEMS},
+            **defaults,
+        },
+        "required": ["items"],
+    }
+    result = {
+        "type": "object",
+        "properties": {
+            "index": {"type": "integer"},
+            "status": {"enum": ["success", "error"]},
+            "audio_data": {"type": "string", "description": "base64"},
+            "media_type": _STRING,
+            "sample_rate": {"type": "integer"},
+            "usage": {"type": "object"},
+            "ignored": {"type": "array", "items": _STRING},
+            "error": _STRING,
+        },
+        "required": ["index", "status"],
+    }
+    answer = {
+        "type": "object",
+        "properties": {
+            "id": _STRING,
+            "results": {"type": "array", "items": result},
+            "total": {"type": "integer"},
+            "succeeded": {"type": "integer"},
+            "failed": {"type": "integer"},
+        },
+    }
+    return {
+        "post": {
+            "summary": "Speak several inputs at once (vLLM-Omni's batch); each item "
+            "overrides the body's fields and fails alone",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": body}},
+            },
+            "responses": {
+                "200": {"content": {"application/json": {"schema": answer}}},
+                **_errors(400, 401, 403, 413, 415, 429, 503),
             },
         }
     }
@@ -223,6 +278,7 @@ def openapi_document(settings: ServerSettings) -> dict[str, Any]:
         "info": {"title": "mlx-speech", "version": "1"},
         "paths": {
             "/v1/audio/speech": _speech_route(settings),
+            "/v1/audio/speech/batch": _batch_route(settings),
             **_voices_routes(),
             **_other_routes(),
         },

@@ -124,27 +124,58 @@ def _bodies(fields: list[str]):
     )
 
 
-def test_fuzzed_bodies_never_get_a_5xx(server, document):
-    fields = sorted(_speech_fields(document))
-
-    @settings(
-        max_examples=150,
+def _fuzzing(examples: int):
+    """Reproducible runs of ``examples`` bodies, however slow the server."""
+    return settings(
+        max_examples=examples,
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow],
     )
+
+
+def _post(server, route: str, body) -> httpx.Response:
+    response = httpx.post(
+        f"{server.url}{route}",
+        content=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert response.status_code < 500, (body, response.content[:300])
+    return response
+
+
+def test_fuzzed_bodies_never_get_a_5xx(server, document):
+    fields = sorted(_speech_fields(document))
+
+    @_fuzzing(150)
     @given(_bodies(fields))
     def check(body):
-        response = httpx.post(
-            f"{server.url}/v1/audio/speech",
-            content=json.dumps(body).encode(),
-            headers={"content-type": "application/json"},
-            timeout=60,
-        )
-        assert response.status_code < 500, (body, response.content[:300])
+        response = _post(server, "/v1/audio/speech", body)
         if response.status_code >= 400:
             error = response.json()["error"]
             assert set(error) == {"message", "type", "param", "code"}
+
+    check()
+    assert_speaks(server)
+
+
+def test_fuzzed_batches_never_get_a_5xx(server, document):
+    fields = sorted(_speech_fields(document))
+    items = st.one_of(st.lists(_bodies(fields), min_size=1, max_size=3), HOSTILE)
+    defaults = {name: HOSTILE for name in fields if name not in REQUIRED}
+
+    @_fuzzing(60)
+    @given(st.fixed_dictionaries({"items": items}, optional=defaults))
+    def check(body):
+        response = _post(server, "/v1/audio/speech/batch", body)
+        answer = response.json()
+        if response.status_code >= 400:
+            assert set(answer["error"]) == {"message", "type", "param", "code"}
+        else:
+            assert answer["total"] == len(body["items"]) == len(answer["results"])
+            for result in answer["results"]:
+                assert result["status"] in ("success", "error")
 
     check()
     assert_speaks(server)
