@@ -305,7 +305,20 @@ def _voices_parser(commands) -> None:
     add.add_argument("--ref-text", default=None, help="what the clip says")
     remove = actions.add_parser("rm", help="remove a saved voice")
     remove.add_argument("name", metavar="NAME")
-    for parser in (listing, add, remove):
+    push = actions.add_parser(
+        "push",
+        help="upload saved voices to a server with vLLM-Omni's voices API",
+        description="Upload saved voices (clip and transcript) to URL's "
+        "POST /v1/audio/voices: a vLLM-Omni deployment or another mlx-speech server.",
+    )
+    push.add_argument("url", metavar="URL", help="the server, e.g. http://gpu-box:8091")
+    push.add_argument("names", metavar="NAME", nargs="*", help="voices (default: all)")
+    push.add_argument(
+        "--api-key",
+        default=os.environ.get("MLX_SPEECH_API_KEY"),
+        help="the server's key, sent as a bearer token (default: $MLX_SPEECH_API_KEY)",
+    )
+    for parser in (listing, add, remove, push):
         parser.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
 
 
@@ -324,12 +337,35 @@ def _voices(args: argparse.Namespace) -> None:
         replaced = ", replacing the voice of that name" if replacing else ""
         print(f"saved {voice.name} ({voice.duration_s:.2f} s) in {store.directory}", end="")
         print(replaced)
+    elif args.action == "push":
+        _push(store, args)
     else:
         try:
             store.remove(args.name)
         except UnknownVoice:
             raise RuntimeError(f"no saved voice named {shown(args.name)}") from None
         print(f"removed {args.name}")
+
+
+def _push(store, args: argparse.Namespace) -> None:
+    from mlx_speech.voice_push import push_voice, voices_url
+
+    if args.names:
+        unknown = [name for name in args.names if store.find(name) is None]
+        if unknown:
+            raise RuntimeError(f"no saved voice named {', '.join(map(shown, unknown))}")
+        voices = [store.get(name) for name in args.names]
+    else:
+        voices = store.list()
+    url = voices_url(args.url)
+    failed = []
+    for voice in voices:
+        problem = push_voice(voice, url, args.api_key)
+        print(f"{voice.name}: " + (f"failed, {problem}" if problem else f"pushed to {url}"))
+        if problem:
+            failed.append(voice.name)
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(voices)} voices were not pushed")
 
 
 def _read_clip(name: str) -> bytes:

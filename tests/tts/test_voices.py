@@ -507,3 +507,50 @@ def test_a_voice_deleted_while_in_use_does_not_fail_the_request(voices_tts, refe
     audio = [chunk.samples for chunk in stream]
     assert sum(len(samples) for samples in audio) == 3 * FRAME
     assert not voice.folder.exists()
+
+
+def test_voices_push_uploads_to_another_server(speaking_dir, tmp_path):
+    from tests.tts.support.cli import run
+
+    local = tmp_path / "local"
+    store = VoiceStore(local)
+    store.add("gina", clip_bytes(1, seed=3), ref_text="Gina speaking.")
+    store.add("hal", clip_bytes(1.5, fmt="FLAC"))
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path / "remote", api_key="secret"
+    )
+    with RunningServer(settings) as remote:
+        refused = run("voices", "push", remote.url, "--voices-dir", str(local))
+        assert refused.returncode == 1
+        assert "gina: failed, HTTP 401" in refused.stdout
+        assert refused.stderr.strip() == "mlx-speech: error: 2 of 2 voices were not pushed"
+        unknown = run(
+            "voices",
+            "push",
+            remote.url,
+            "ivy",
+            "--voices-dir",
+            str(local),
+            "--api-key",
+            "x",
+        )
+        assert "no saved voice named 'ivy'" in unknown.stderr
+        pushed = run(
+            "voices",
+            "push",
+            f"{remote.url}/v1",
+            "--api-key",
+            "secret",
+            "--voices-dir",
+            str(local),
+        )
+        assert pushed.returncode == 0, pushed.stderr
+        assert pushed.stdout.count("pushed to") == 2
+        listing = httpx.get(
+            f"{remote.url}/v1/audio/voices", headers={"authorization": "Bearer secret"}
+        ).json()
+    saved = {voice["name"]: voice for voice in listing["uploaded_voices"]}
+    assert saved["gina"]["ref_text"] == "Gina speaking." and "ref_text" not in saved["hal"]
+    copied = VoiceStore(tmp_path / "remote")
+    for name in ("gina", "hal"):
+        assert copied.get(name).clip.read_bytes() == store.get(name).clip.read_bytes()
