@@ -52,11 +52,26 @@ def voices_listing(presets: list[str], saved: list[SavedVoice]) -> dict[str, Any
 
 
 def created_voice(voice: SavedVoice) -> dict[str, Any]:
-    """The new voice (``id`` first, for OpenAI-style clients), with vLLM-Omni's
+    """The new voice as the OpenAI SDK's ``audio.voices.create`` reads it
+    (``id``, ``object``, ``created_at``, ``type``), with vLLM-Omni's
     ``success`` and ``voice`` beside it."""
-    return {**saved_entry(voice), "success": True, "voice": uploaded_entry(voice)}
+    return {
+        **saved_entry(voice),
+        "object": "audio.voice",
+        "created_at": int(voice.created),
+        "type": "audio_sample",
+        "success": True,
+        "voice": uploaded_entry(voice),
+    }
 
 
 def removed_voice(name: str) -> dict[str, Any]:
+    """OpenAI's ``VoiceDeleted`` with vLLM-Omni's ``success`` and ``message``."""
     message = f"voice {name} deleted"
-    return {"success": True, "id": name, "deleted": True, "message": message}
+    return {
+        "id": name,
+        "object": "audio.voice.deleted",
+        "deleted": True,
+        "success": True,
+        "message": message,
+    }
