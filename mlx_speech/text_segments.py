@@ -1,0 +1,123 @@
+"""Cutting text that arrives in pieces (a chat model's deltas) into segments
+to speak, as soon as each is complete.
+
+A sentence ends at ``. ! ?`` (a run such as ``?!`` or ``...`` counts once)
+followed by a space and something that can start a sentence, and at ``。！？``
+at once. Decimals (``3.5``), abbreviations (``Dr. Smith``, ``e.g. this``),
+initials (``J. R. Tolkien``) and an ellipsis inside a sentence (``wait... no``)
+do not end one. Clauses also end at ``, ; :`` and ``，、；：``. Text that runs
+past ``max_chars`` without an end is cut at its last space (anywhere, for
+text without spaces), so the wait for a segment stays bounded.
+"""
+
+from __future__ import annotations
+
+SPLITS = ("sentence", "clause", "none")
+MAX_SEGMENT_CHARS = 200
+
+_SENTENCE_ENDS = ".!?…"
+_CJK_SENTENCE_ENDS = "。！？"
+_CLAUSE_ENDS = ",;:"
+_CJK_CLAUSE_ENDS = "，、；："
+_CLOSERS = "\"')]}”’»」』）"
+_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e",
+    "fig", "approx", "inc", "ltd", "co", "mt", "jan", "feb", "mar", "apr",
+    "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+}  # fmt: skip
+
+
+class TextSegmenter:
+    """``feed(delta)`` returns the segments it completed; ``finish()`` the rest."""
+
+    def __init__(self, split: str = "sentence", max_chars: int = MAX_SEGMENT_CHARS):
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        self._split = split
+        self._max_chars = max_chars
+        self._pending = ""
+
+    def feed(self, delta: str) -> list[str]:
+        self._pending += delta
+        return self._take(final=False)
+
+    def finish(self) -> list[str]:
+        segments = self._take(final=True)
+        rest, self._pending = self._pending.strip(), ""
+        return [*segments, rest] if rest else segments
+
+    def _take(self, final: bool) -> list[str]:
+        segments = []
+        if self._split == "none":
+            return segments
+        while True:
+            end = self._boundary(final)
+            if end is None:
+                end = self._forced_cut()
+            if end is None:
+                return segments
+            segment, self._pending = self._pending[:end].strip(), self._pending[end:]
+            if segment:
+                segments.append(segment)
+
+    def _boundary(self, final: bool) -> int | None:
+        """Where the first complete segment ends, if one is known to."""
+        text = self._pending
+        ends = _SENTENCE_ENDS + (_CLAUSE_ENDS if self._split == "clause" else "")
+        cjk = _CJK_SENTENCE_ENDS + (_CJK_CLAUSE_ENDS if self._split == "clause" else "")
+        index = 0
+        while index < len(text):
+            char = text[index]
+            if char in cjk:
+                return _after_closers(text, index + 1)
+            if char in ends:
+                run_end = index
+                while run_end < len(text) and text[run_end] in ends:
+                    run_end += 1
+                end = _after_closers(text, run_end)
+                verdict = _ends_here(text, index, run_end, end, final)
+                if verdict is None:
+                    return None  # wait: what follows decides
+                if verdict:
+                    return end
+                index = end
+                continue
+            index += 1
+        return None
+
+    def _forced_cut(self) -> int | None:
+        text = self._pending
+        if len(text) <= self._max_chars:
+            return None
+        space = text.rfind(" ", 0, self._max_chars)
+        return space if space > 0 else self._max_chars
+
+
+def _after_closers(text: str, index: int) -> int:
+    while index < len(text) and text[index] in _CLOSERS:
+        index += 1
+    return index
+
+
+def _ends_here(text: str, start: int, run_end: int, end: int, final: bool) -> bool | None:
+    """Whether the terminator run ``text[start:run_end]`` ends a segment; None
+    while the text after it has not arrived yet."""
+    rest = text[end:]
+    if not rest.strip():
+        return True if final else None
+    if not rest[0].isspace():
+        return False  # "3.5", "e.g.x", "end.Next": not a boundary between words
+    following = rest.lstrip()[0]
+    if text[start:run_end] in (".", "...", "…") and following.islower():
+        return False  # "e.g. this", "wait... no"
+    if text[start:run_end] == "." and _before_is_abbreviation(text, start):
+        return False
+    return True
+
+
+def _before_is_abbreviation(text: str, dot: int) -> bool:
+    word_start = dot
+    while word_start > 0 and not text[word_start - 1].isspace():
+        word_start -= 1
+    word = text[word_start:dot].lstrip("\"'(“‘").lower()
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
