@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
 import logging
 import os
@@ -19,6 +20,7 @@ from .blas import active_blas, use_fast_blas
 from .errors import shown
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
 from .settings import ServerSettings
+from .text_segments import SPLITS
 from .voices import parse_aliases
 
 VOICES_DIR_HELP = (
@@ -68,7 +70,10 @@ def _speak_parser(commands) -> None:
         "audio, audio length and real-time factor.",
     )
     speak.add_argument(
-        "text", metavar="TEXT", help="text to speak; '-' reads standard input"
+        "text",
+        metavar="TEXT",
+        help="text to speak; '-' reads standard input as it arrives, speaking each "
+        "sentence once it is complete",
     )
     _model_argument(speak)
     voice = speak.add_mutually_exclusive_group()
@@ -90,7 +95,20 @@ def _speak_parser(commands) -> None:
     )
     speak.add_argument("--language", default=None, help="language (default: auto)")
     speak.add_argument(
-        "-o", "--output", default="speech.wav", help="output file (default: speech.wav)"
+        "-o",
+        "--output",
+        default=None,
+        help="output file (default: speech.wav, or none with --play)",
+    )
+    speak.add_argument(
+        "--play", action="store_true", help="play through the sound card as it is generated"
+    )
+    speak.add_argument(
+        "--split",
+        default="sentence",
+        choices=SPLITS,
+        help="with '-': speak each sentence, clause, or (none) the whole input at its end "
+        "(default: sentence)",
     )
     speak.add_argument(
         "--format",
@@ -381,52 +399,94 @@ def _read_clip(name: str) -> bytes:
     return clip
 
 
-def _speak_text(argument: str) -> str:
-    if argument != "-":
-        return argument
-    try:
-        return sys.stdin.buffer.read().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise RuntimeError(
-            f"standard input is not UTF-8 text (byte {error.start})"
-        ) from None
+def _stdin_deltas(read=None):
+    """Standard input as it arrives (a pipe from a chat model), as text."""
+    read = read or (lambda: os.read(sys.stdin.fileno(), 4096))
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    consumed = 0
+    while True:
+        data = read()
+        try:
+            text = decoder.decode(data, final=not data)
+        except UnicodeDecodeError as error:
+            raise RuntimeError(
+                f"standard input is not UTF-8 text (byte {consumed + error.start})"
+            ) from None
+        consumed += len(data)
+        if text:
+            yield text
+        if not data:
+            return
+
+
+def _speech_stream(tts, args: argparse.Namespace):
+    """The chunks ``speak`` writes: of TEXT, or of standard input as it arrives."""
+    options = {
+        "voice": Path(args.ref_audio) if args.ref_audio else args.voice,
+        "ref_text": args.ref_text,
+        "instructions": args.instructions,
+        "language": args.language,
+        **{name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
+    }
+    if args.text == "-":
+        return tts.stream_text(_stdin_deltas(), split=args.split, **options)
+    return tts.stream(args.text, **options)
+
+
+def _chunks_saying_segments(stream):
+    """A text stream's chunks, telling standard error what each segment says."""
+    from .text_stream import SegmentEnded, SegmentStarted, TextStream
+
+    if not isinstance(stream, TextStream):
+        yield from stream
+        return
+    for event in stream.events():
+        if isinstance(event, SegmentStarted):
+            print(f"speaking: {event.text}", file=sys.stderr, flush=True)
+        elif not isinstance(event, SegmentEnded):
+            yield event
 
 
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
-    format_for_path(args.output, args.format)  # a bad name fails before any work
-    if not Path(args.output).absolute().parent.is_dir():
-        raise RuntimeError(f"cannot write {args.output}: its directory does not exist")
-    text = _speak_text(args.text)
+    from .playback import Player
+
+    output = args.output or (None if args.play else "speech.wav")
+    if output is not None:
+        format_for_path(output, args.format)  # a bad name fails before any work
+        if not Path(output).absolute().parent.is_dir():
+            raise RuntimeError(f"cannot write {output}: its directory does not exist")
     tts = mlx_speech.load(args.model or DEFAULT_MODEL, voices_dir=args.voices_dir)
-    sampling = {name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS}
+    player = Player(tts.sample_rate) if args.play else None
     started = time.perf_counter()
     first_audio = None
     chunks = []
-    stream = tts.stream(
-        text,
-        voice=Path(args.ref_audio) if args.ref_audio else args.voice,
-        ref_text=args.ref_text,
-        instructions=args.instructions,
-        language=args.language,
-        **sampling,
-    )
-    for chunk in stream:
-        if first_audio is None:
-            first_audio = time.perf_counter() - started
-        chunks.append(chunk.samples)
+    stream = _speech_stream(tts, args)
+    try:
+        for chunk in _chunks_saying_segments(stream):
+            if first_audio is None:
+                first_audio = time.perf_counter() - started
+            chunks.append(chunk.samples)
+            if player is not None:
+                player.write(chunk.samples)
+    finally:
+        stream.close()
+        if player is not None:
+            player.close()
     elapsed = time.perf_counter() - started
     samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
     audio = mlx_speech.Audio(samples, tts.sample_rate)
-    path = audio.write(Path(args.output), format=args.format)
     rtf = elapsed / audio.duration if audio.duration else float("inf")
+    where = "played"
+    if output is not None:
+        where = f"wrote {audio.write(Path(output), format=args.format)}"
     print(
-        f"wrote {path}: {audio.duration:.2f} s of audio; first audio after "
+        f"{where}: {audio.duration:.2f} s of audio; first audio after "
         f"{(first_audio or elapsed) * 1000:.0f} ms; real-time factor {rtf:.2f} "
         f"(generation time / audio time); BLAS: {active_blas()}"
     )
-    if stream.ignored:
+    if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
 
 

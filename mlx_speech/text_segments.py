@@ -2,8 +2,8 @@
 to speak, as soon as each is complete.
 
 A sentence ends at ``. ! ?`` (a run such as ``?!`` or ``...`` counts once)
-followed by a space and something that can start a sentence, and at ``。！？``
-at once. Decimals (``3.5``), abbreviations (``Dr. Smith``, ``e.g. this``),
+followed by a space (after an ellipsis, by a word that can start a sentence),
+and at ``。！？`` at once. Decimals (``3.5``), abbreviations (``Dr. Smith``, ``e.g. this``),
 initials (``J. R. Tolkien``) and an ellipsis inside a sentence (``wait... no``)
 do not end one. Clauses also end at ``, ; :`` and ``，、；：``. Text that runs
 past ``max_chars`` without an end is cut at its last space (anywhere, for
@@ -101,17 +101,22 @@ def _after_closers(text: str, index: int) -> int:
 
 def _ends_here(text: str, start: int, run_end: int, end: int, final: bool) -> bool | None:
     """Whether the terminator run ``text[start:run_end]`` ends a segment; None
-    while the text after it has not arrived yet."""
+    while the text after it has not arrived yet. The space after the run is
+    enough to decide, except after an ellipsis, which the next word decides,
+    so a sentence is spoken as soon as the space after it arrives."""
     rest = text[end:]
-    if not rest.strip():
+    if not rest:
         return True if final else None
     if not rest[0].isspace():
         return False  # "3.5", "e.g.x", "end.Next": not a boundary between words
-    following = rest.lstrip()[0]
-    if text[start:run_end] in (".", "...", "…") and following.islower():
-        return False  # "e.g. this", "wait... no"
-    if text[start:run_end] == "." and _before_is_abbreviation(text, start):
-        return False
+    run = text[start:run_end]
+    if run == ".":
+        return not _before_is_abbreviation(text, start)
+    if run in ("...", "…"):
+        following = rest.lstrip()
+        if not following:
+            return True if final else None
+        return not following[0].islower()  # "wait... no" goes on
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, Iterable
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,8 @@ import numpy as np
 from .audio import Audio
 from .engine import ChunkStream, Engine
 from .families import SpeechInput, SpeechService
+from .text_segments import TextSegmenter
+from .text_stream import AsyncTextStream, TextFeed, TextStream
 from .voice_store import VoiceStore
 from .voices import resolve_voice
 
@@ -36,7 +39,7 @@ class TTS:
 
     @property
     def streaming(self) -> str:
-        """"incremental" (chunks as frames are generated) or "buffered"."""
+        """ "incremental" (chunks as frames are generated) or "buffered"."""
         return self._service.streaming
 
     @property
@@ -92,3 +95,50 @@ class TTS:
         chunks = [chunk.samples for chunk in self.stream(text, voice, **options)]
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         return Audio(samples, self.sample_rate)
+
+    def stream_text(
+        self,
+        deltas: Iterable[str],
+        voice: Any = None,
+        *,
+        split: str = "sentence",
+        **options: Any,
+    ) -> TextStream:
+        """Audio chunks of text that is still being written (a chat model's
+        deltas, any size): each segment (``split``: "sentence", "clause", or
+        "none" for the whole text) is spoken as soon as it is complete, while
+        later deltas are still read. Takes the keywords of ``stream``, which
+        apply to every segment; they are validated here (``ValueError``).
+        ``close()`` cancels what is queued and running.
+        """
+        segmenter, speak, ignored = self._text_speaker(voice, split, options)
+        stream = TextStream(deltas, segmenter, speak)
+        stream.ignored = ignored
+        return stream
+
+    def astream_text(
+        self,
+        deltas: AsyncIterable[str],
+        voice: Any = None,
+        *,
+        split: str = "sentence",
+        **options: Any,
+    ) -> AsyncTextStream:
+        """``stream_text`` for asyncio: ``async for chunk in ...``; ``aclose()``
+        cancels."""
+        segmenter, speak, _ = self._text_speaker(voice, split, options)
+        feed = TextFeed()
+        return AsyncTextStream(deltas, feed, TextStream(feed, segmenter, speak))
+
+    def _text_speaker(self, voice: Any, split: str, options: dict[str, Any]):
+        """The segmenter, the per-segment ``stream`` of a text stream and the
+        fields the model ignores, checked once so that a bad option fails the
+        call, not a segment."""
+        segmenter = TextSegmenter(split)
+        resolved = self.resolve_voice(voice)
+        checked = self.prepare("Checking the options.", resolved, **options)
+
+        def speak(text: str) -> ChunkStream:
+            return self.stream(text, resolved, **options)
+
+        return segmenter, speak, checked.ignored

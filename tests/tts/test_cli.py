@@ -244,3 +244,42 @@ def test_on_sigterm_running_streams_finish_or_end_cleanly(speaking_dir):
             server.kill()
     output = server.stdout.read()
     assert "Traceback" not in output and "Exception in ASGI application" not in output
+
+
+def test_speak_dash_speaks_each_sentence_before_standard_input_ends(speaking_dir, tmp_path):
+    out = tmp_path / "piped.wav"
+    command = [MLX_SPEECH, "speak", "-", "--model", str(speaking_dir), "-o", str(out)]
+    command += ["--seed", "2", "--max-new-tokens", "6"]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        process.stdin.write("The first sentence. ".encode())
+        process.stdin.flush()
+        # Read while standard input is still open: the first sentence is being spoken.
+        assert process.stderr.readline().decode().strip() == "speaking: The first sentence."
+        process.stdin.write("And the last".encode())
+        process.stdin.close()
+        assert process.stderr.readline().decode().strip() == "speaking: And the last"
+        process.wait(timeout=300)
+        stderr = process.stderr.read().decode()
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    samples, rate = soundfile.read(out)
+    assert len(samples) == 2 * 6 * 960  # both segments, each to the frame budget
+
+
+def test_speak_play_says_what_is_missing_where_no_sound_library_works(speaking_dir):
+    pytest.importorskip("mlx_speech.playback")
+    try:
+        import sounddevice  # noqa: F401
+    except (ImportError, OSError):
+        pass
+    else:
+        pytest.skip("this machine can play sound: the message is not reachable")
+    result = run("speak", "Hi.", "--model", str(speaking_dir), "--play")
+    assert result.returncode == 1
+    line = result.stderr.strip()
+    assert line.startswith("mlx-speech: error: ") and "\n" not in line
+    assert "sounddevice" in line or "PortAudio" in line

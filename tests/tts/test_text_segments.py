@@ -62,8 +62,10 @@ def test_none_waits_for_the_end():
 def test_a_segment_is_handed_out_once_its_end_is_certain():
     segmenter = TextSegmenter()
     assert segmenter.feed("Dr.") == []
-    assert segmenter.feed(" Smith arrived. ") == []  # what follows may be lowercase
-    assert segmenter.feed("He") == ["Dr. Smith arrived."]
+    assert segmenter.feed(" Smith arrived.") == []  # "arrived.5" is no end
+    assert segmenter.feed(" ") == ["Dr. Smith arrived."]  # the space decides
+    assert segmenter.feed("Wait... ") == []  # "wait... no" would go on
+    assert segmenter.feed("He") == ["Wait..."]
     assert segmenter.feed("llo。") == ["Hello。"]  # CJK text puts no space after it
     assert segmenter.feed("x") == []
     assert segmenter.finish() == ["x"]

@@ -1,0 +1,252 @@
+"""Speaking text while it is still being written.
+
+Three parts run at once: a reader thread takes the caller's deltas and cuts
+them into segments (``TextSegmenter``); a speaker thread runs each segment
+through the engine as one job, putting its audio in order into one queue;
+the caller reads that queue. The speaker starts segment k+1 while the
+caller still plays segment k, but never runs more than one segment ahead of
+what the caller has read, so a caller that stops reading stops the work.
+
+The caller's iterator is read on its own thread, so a producer that waits
+for audio before writing more never deadlocks the reader of the audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .audio import Audio
+from .text_segments import TextSegmenter
+
+# Segments held (generated or generating) but not yet read to their end.
+SEGMENTS_AHEAD = 2
+
+
+@dataclass(frozen=True)
+class SegmentStarted:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SegmentEnded:
+    index: int
+    text: str
+
+
+class _Failure:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+_END = object()
+
+
+class TextFeed:
+    """An iterable of text fed from another thread (or an event loop):
+    ``put`` pieces, then ``end()``, or ``end(error)`` to fail its reader."""
+
+    def __init__(self):
+        self._pieces: queue.Queue = queue.Queue()
+
+    def put(self, text: str) -> None:
+        self._pieces.put(text)
+
+    def end(self, error: BaseException | None = None) -> None:
+        self._pieces.put(_END if error is None else _Failure(error))
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            piece = self._pieces.get()
+            if piece is _END:
+                return
+            if isinstance(piece, _Failure):
+                raise piece.error
+            yield piece
+
+
+class TextStream:
+    """Audio chunks of text read from ``deltas``, segment after segment.
+
+    Iterating gives the ``Audio`` chunks; ``events()`` gives them between
+    ``SegmentStarted`` and ``SegmentEnded`` markers. Work starts on the
+    first read. Errors (of the deltas, or of a segment's synthesis) are
+    raised in order, after the audio of the segments before them.
+    ``close()`` cancels the segment being spoken and the ones queued.
+    """
+
+    def __init__(
+        self,
+        deltas: Iterable[str],
+        segmenter: TextSegmenter,
+        speak: Callable[[str], Any],
+    ):
+        self._pipeline = _Pipeline(deltas, segmenter, speak)
+        self.ignored: tuple[str, ...] = ()  # request fields the model did not use
+        self._events = self._read_events()
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> Audio:
+        for event in self._events:
+            if isinstance(event, Audio):
+                return event
+        raise StopIteration
+
+    def events(self) -> Iterator[Audio | SegmentStarted | SegmentEnded]:
+        return self._events
+
+    def _read_events(self) -> Iterator[Any]:
+        if self._pipeline.closed:
+            return
+        self._pipeline.start()
+        while True:
+            event = self._pipeline.output.get()
+            if event is _END or self._pipeline.closed:
+                return
+            if isinstance(event, _Failure):
+                self._pipeline.close()
+                raise event.error
+            if isinstance(event, SegmentEnded):
+                self._pipeline.segment_read()
+            yield event
+
+    def close(self) -> None:
+        """Safe from any thread; a read blocked in another thread returns."""
+        self._pipeline.close()
+
+    def __del__(self) -> None:
+        self._pipeline.close()
+
+
+class AsyncTextStream:
+    """A ``TextStream`` read from asyncio, its deltas from an async iterable."""
+
+    def __init__(self, deltas: AsyncIterable[str], feed: TextFeed, stream: TextStream):
+        self._deltas = deltas
+        self._feed = feed
+        self._stream = stream
+        self._pump: asyncio.Task | None = None
+
+    def __aiter__(self) -> AsyncTextStream:
+        return self
+
+    async def __anext__(self) -> Audio:
+        if self._pump is None:
+            self._pump = asyncio.ensure_future(self._feed_deltas())
+        chunk = await asyncio.to_thread(next, self._stream, None)
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def _feed_deltas(self) -> None:
+        failure = None
+        try:
+            async for delta in self._deltas:
+                self._feed.put(delta)
+        except Exception as error:  # noqa: BLE001 - the caller's iterable failed
+            failure = error
+        finally:
+            self._feed.end(failure)
+
+    async def aclose(self) -> None:
+        self._stream.close()
+        if self._pump is not None:
+            self._pump.cancel()
+
+
+class _Pipeline:
+    """The threads' shared state; it holds no reference to its ``TextStream``,
+    so dropping that stream closes the pipeline."""
+
+    def __init__(self, deltas, segmenter, speak):
+        self._deltas = deltas
+        self._segmenter = segmenter
+        self._speak = speak
+        self._segments: queue.Queue = queue.Queue()
+        self.output: queue.Queue = queue.Queue()
+        self._ahead = threading.Semaphore(SEGMENTS_AHEAD)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._started = False
+        self._speaking: Any = None
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        for work, name in ((self._read, "text-reader"), (self._speak_all, "text-speaker")):
+            threading.Thread(target=work, name=f"mlx-speech-{name}", daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for delta in self._deltas:
+                if self._closed:
+                    return
+                if not isinstance(delta, str):
+                    raise TypeError(f"text deltas must be str, got {type(delta).__name__}")
+                for segment in self._segmenter.feed(delta):
+                    self._segments.put(segment)
+            for segment in self._segmenter.finish():
+                self._segments.put(segment)
+            self._segments.put(_END)
+        except Exception as error:  # noqa: BLE001 - the caller's iterator failed: tell the reader
+            self._segments.put(_Failure(error))
+
+    def _speak_all(self) -> None:
+        index = 0
+        while True:
+            segment = self._segments.get()
+            if not isinstance(segment, str):
+                self.output.put(segment)  # the end, or the deltas' failure
+                return
+            self._ahead.acquire()
+            if not self._speak_one(index, segment):
+                return
+            index += 1
+
+    def _speak_one(self, index: int, text: str) -> bool:
+        """Put one segment's audio in the output; False once the work ends."""
+        with self._lock:
+            if self._closed:
+                return False
+            try:
+                self._speaking = self._speak(text)
+            except Exception as error:  # noqa: BLE001 - e.g. a segment's text is refused
+                self.output.put(_Failure(error))
+                return False
+        self.output.put(SegmentStarted(index, text))
+        try:
+            for chunk in self._speaking:
+                self.output.put(chunk)
+        except Exception as error:  # noqa: BLE001 - synthesis failed: tell the reader
+            self.output.put(_Failure(error))
+            return False
+        if self._closed:
+            return False
+        self.output.put(SegmentEnded(index, text))
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def segment_read(self) -> None:
+        self._ahead.release()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._speaking is not None:
+                self._speaking.cancel()
+        self._ahead.release()  # a speaker waiting to run ahead wakes and sees the close
+        self._segments.put(_END)  # a speaker waiting for text wakes and ends
+        self.output.put(_END)  # a caller waiting for audio wakes and ends
