@@ -19,6 +19,7 @@ from . import DEFAULT_MODEL
 from .blas import active_blas, use_fast_blas
 from .errors import shown
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
+from .http.adapter import END_EARLY_SECONDS
 from .settings import ServerSettings
 from .text_segments import SPLITS
 from .voices import parse_aliases
@@ -214,6 +215,11 @@ def _limit_arguments(serve) -> None:
             float,
             "cancel a stream whose client reads nothing for this many seconds",
         ),
+        (
+            "socket_idle_timeout",
+            float,
+            "close a WebSocket session that sends nothing for this many seconds",
+        ),
         ("max_connections", int, "connections open at once; more are closed unread"),
         ("header_timeout", float, "seconds a client may take to send its headers"),
         ("keep_alive_timeout", float, "seconds an idle connection is kept open"),
@@ -248,6 +254,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         max_input_chars=args.max_input_chars,
         max_ref_bytes=args.max_ref_bytes,
         stream_idle_timeout=args.stream_idle_timeout,
+        socket_idle_timeout=args.socket_idle_timeout,
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
         keep_alive_timeout=args.keep_alive_timeout,
@@ -278,24 +285,33 @@ def _serve(args: argparse.Namespace) -> None:
     server = uvicorn.Server(uvicorn_config(app, settings, log_level=args.log_level))
     slot = app.state.slot
     slot.on_failure = lambda error: setattr(server, "should_exit", True)
-    _run_until_signalled(
-        server, lambda: app.state.shutdown.begin(settings.shutdown_timeout)
-    )
+    _run_until_signalled(server, app.state, settings.shutdown_timeout)
     if slot.error is not None:
         raise RuntimeError(f"could not load the model: {slot.error}")
     if not server.started:
         raise RuntimeError(f"could not serve on {address} (see the log above)")
 
 
-def _run_until_signalled(server, begin_shutdown) -> None:
+def _run_until_signalled(server, state, grace_seconds: float) -> None:
     """Serve in a thread; SIGINT/SIGTERM stop it gracefully (a second one forces)
-    and the process then exits 0, as a service manager expects."""
+    and the process then exits 0, as a service manager expects. uvicorn drops
+    WebSocket sessions as soon as it stops, so it is told to stop once they
+    have ended themselves (``http.speech_socket``) or the grace has passed."""
+    stopping = threading.Event()
+
+    def exit_when_sockets_end() -> None:
+        deadline = time.monotonic() + grace_seconds + END_EARLY_SECONDS
+        while state.sockets.active and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.should_exit = True
 
     def stop(signum, frame) -> None:
-        if server.should_exit:
-            server.force_exit = True
-        begin_shutdown()
-        server.should_exit = True
+        if stopping.is_set():
+            server.force_exit = server.should_exit = True
+            return
+        stopping.set()
+        state.shutdown.begin(grace_seconds)
+        threading.Thread(target=exit_when_sockets_end, daemon=True).start()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     thread = threading.Thread(target=server.run, name="uvicorn")

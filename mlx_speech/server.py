@@ -19,7 +19,8 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 from uvicorn import Config
 
 from .engine import ChunkStream, Engine, shared_engine
@@ -31,6 +32,7 @@ from .http.adapter import (
     AudioResponse,
     Delivery,
 )
+from .http.admission import admit
 from .http.auth import ApiKeyGuard
 from .http.batch import Item, parse_items, run_item
 from .http.batch import answer as batch_answer
@@ -42,6 +44,7 @@ from .http.metrics import CountedResponses, Metrics
 from .http.openapi import openapi_document
 from .http.shutdown import Shutdown
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
+from .http.speech_socket import OpenSockets, SpeechSocket, refuse
 from .http.voice_listing import created_voice, removed_voice, voices_listing
 from .settings import ServerSettings
 from .tts import TTS
@@ -114,20 +117,6 @@ def _rules(state: Any, tts: TTS) -> RequestRules:
     )
 
 
-def _admit(state: Any) -> None:
-    """Count a request in, or refuse it (503 stopping, 429 too many waiting)."""
-    if state.shutdown.started:
-        raise ApiError(503, STOPPING, headers={"retry-after": "5"})
-    waiting = state.metrics.in_flight - state.engine.capacity
-    if waiting >= state.settings.max_queue:
-        raise ApiError(
-            429,
-            f"{waiting} requests are already waiting; try again shortly",
-            headers={"retry-after": str(state.settings.retry_after_seconds)},
-        )
-    state.metrics.request_opened()  # before any await, so the queue bound holds
-
-
 async def speech(request: Request) -> Response:
     state = request.app.state
     settings: ServerSettings = state.settings
@@ -135,7 +124,7 @@ async def speech(request: Request) -> Response:
     tts = state.slot.ready()
     body = await read_json(request, settings.max_body_bytes)
     parsed = await anyio.to_thread.run_sync(parse_speech_request, body, _rules(state, tts))
-    _admit(state)
+    admit(state)
     try:
         # Validation decodes reference audio: keep it off the event loop.
         chunks = await anyio.to_thread.run_sync(_open_stream, tts, parsed)
@@ -170,7 +159,7 @@ async def speech_batch(request: Request) -> Response:
     tts = state.slot.ready()
     body = await read_json(request, state.settings.max_body_bytes)
     items = await anyio.to_thread.run_sync(parse_items, body, _rules(state, tts))
-    _admit(state)
+    admit(state)
     try:
         for item in items:
             if item.request is not None:
@@ -229,6 +218,18 @@ def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:
         raise ApiError(400, str(error), param=param) from None
     except ValueError as error:
         raise ApiError(400, str(error)) from None
+
+
+async def speech_socket(websocket: WebSocket) -> None:
+    state = websocket.app.state
+    try:
+        if state.shutdown.started:
+            raise ApiError(503, STOPPING, headers={"retry-after": "5"})
+        tts = state.slot.ready()
+    except ApiError as error:
+        await refuse(websocket, error)
+        return
+    await SpeechSocket(websocket, tts, state, _rules(state, tts)).run()
 
 
 async def list_voices(request: Request) -> Response:
@@ -317,6 +318,7 @@ async def openapi(request: Request) -> Response:
 ROUTES = [
     Route("/v1/audio/speech", speech, methods=["POST"]),
     Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
+    WebSocketRoute("/v1/audio/speech/stream", speech_socket),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
     Route("/v1/audio/voices", add_voice, methods=["POST"]),
     Route("/v1/audio/voices/{name}", remove_voice, methods=["DELETE"]),
@@ -366,6 +368,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     app.state.metrics = metrics
     app.state.engine = shared_engine()
     app.state.shutdown = Shutdown()
+    app.state.sockets = OpenSockets()
     app.state.started = int(time.time())
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
@@ -383,6 +386,7 @@ def uvicorn_config(app: Starlette, settings: ServerSettings, **options: Any) -> 
         port=settings.port,
         http=guarded_protocol(settings.header_timeout, settings.max_connections),
         timeout_keep_alive=settings.keep_alive_timeout,
+        ws_max_size=settings.max_body_bytes,
         # Streams end themselves at the deadline (``http.shutdown``); uvicorn
         # cancels only what is still running a moment later.
         timeout_graceful_shutdown=settings.shutdown_timeout + END_EARLY_SECONDS + 1,

@@ -26,6 +26,7 @@ class ServerSettings:
     max_input_chars: int = 4096
     max_ref_bytes: int = 20 * _ONE_MIB
     stream_idle_timeout: float = 30.0
+    socket_idle_timeout: float = 30.0  # a WebSocket session with nothing to say
     max_connections: int = 256  # open at once; more are closed unread
     header_timeout: float = 10.0  # seconds to send a request's headers
     keep_alive_timeout: float = 5.0  # an idle connection between requests

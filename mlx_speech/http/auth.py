@@ -11,20 +11,25 @@ OPEN_PATHS = ("/health",)
 
 
 class ApiKeyGuard:
-    """Every route but /health needs ``Authorization: Bearer KEY`` or ``x-api-key``."""
+    """Every route but /health, the WebSocket one too, needs
+    ``Authorization: Bearer KEY`` or ``x-api-key``."""
 
     def __init__(self, app: Callable, api_key: str):
         self._app = app
         self._key = api_key.encode()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(scope):
+        guarded = scope["type"] in ("http", "websocket") and scope["path"] not in OPEN_PATHS
+        if not guarded or self._allowed(scope):
             await self._app(scope, receive, send)
             return
         error = ApiError(
             401, "a valid API key is required", headers={"www-authenticate": "Bearer"}
         )
-        await error.response()(scope, receive, send)
+        if scope["type"] == "websocket":
+            await error.refuse_socket(scope, receive, send)
+        else:
+            await error.response()(scope, receive, send)
 
     def _allowed(self, scope: dict) -> bool:
         headers = dict(scope["headers"])

@@ -48,3 +48,21 @@ class ApiError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+    async def refuse_socket(self, scope: dict, receive, send) -> None:
+        """Answer a WebSocket handshake with this error instead of accepting it:
+        as an HTTP response where the server can send one, else a close (403)."""
+        await receive()  # websocket.connect
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            reason = self.message[:120]
+            await send({"type": "websocket.close", "code": 1008, "reason": reason})
+            return
+        response = self.response()
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": response.status_code,
+                "headers": response.raw_headers,
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": response.body})

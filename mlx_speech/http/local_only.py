@@ -5,7 +5,8 @@ requests (a multipart POST needs no preflight) and, through DNS rebinding,
 requests whose ``Host`` is the attacker's name. So a request must name this
 server in ``Host`` (an IP address, ``localhost``, or an allowed host), and a
 request that changes something must come from no page or from this server's
-own pages, unless its ``Origin`` was allowed (``--cors-origin``).
+own pages, unless its ``Origin`` was allowed (``--cors-origin``). WebSocket
+handshakes are held to the same rules.
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ class LocalOnly:
         self._origins = {origin.rstrip("/").lower() for origin in cors_origins}
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http":
-            error = self._refusal(scope)
-            if error is not None:
-                await error.response()(scope, receive, send)
-                return
-        await self._app(scope, receive, send)
+        error = self._refusal(scope) if scope["type"] in ("http", "websocket") else None
+        if error is None:
+            await self._app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await error.refuse_socket(scope, receive, send)
+        else:
+            await error.response()(scope, receive, send)
 
     def _refusal(self, scope: dict) -> ApiError | None:
         headers = {key.lower(): value for key, value in scope["headers"]}
@@ -80,4 +82,6 @@ class LocalOnly:
 
     @staticmethod
     def _changes_state(scope: dict) -> bool:
-        return scope["method"] in CHANGING_METHODS
+        """A WebSocket session spends the machine's time: it counts as a change
+        (browsers open sockets to any origin; no CORS check protects them)."""
+        return scope["type"] == "websocket" or scope["method"] in CHANGING_METHODS

@@ -235,6 +235,16 @@ def _other_routes() -> dict[str, Any]:
         "/health": get("200 when ready; 503 while loading or when loading failed"),
         "/metrics": get("Prometheus text", "text/plain"),
         "/openapi.json": get("This document"),
+        "/v1/audio/speech/stream": {
+            "get": {
+                "summary": "WebSocket (vLLM-Omni's protocol): text in as it is written, "
+                "audio out sentence by sentence; the messages are in docs/speech.md",
+                "responses": {
+                    "101": {"description": "Switching Protocols"},
+                    **_errors(401),
+                },
+            }
+        },
     }
 
 

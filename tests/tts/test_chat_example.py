@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "speak_while_chatting.py"
 def test_the_chat_example_speaks_the_answer_as_it_is_written(speaking_dir, tmp_path):
     chat_model = build_lm_checkpoint(tmp_path / "chat")
     out = tmp_path / "answer.wav"
-    command = [sys.executable, str(EXAMPLE), "Hello world.", "--chat-model", str(chat_model)]
+    command = [sys.executable, str(EXAMPLE), "Hello.", "--chat-model", str(chat_model)]
     command += ["--speech-model", str(speaking_dir), "--max-tokens", "40", "-o", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr

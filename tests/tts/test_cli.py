@@ -254,11 +254,11 @@ def test_speak_dash_speaks_each_sentence_before_standard_input_ends(speaking_dir
         command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.PIPE
     )
     try:
-        process.stdin.write("The first sentence. ".encode())
+        process.stdin.write(b"The first sentence. ")
         process.stdin.flush()
         # Read while standard input is still open: the first sentence is being spoken.
         assert process.stderr.readline().decode().strip() == "speaking: The first sentence."
-        process.stdin.write("And the last".encode())
+        process.stdin.write(b"And the last")
         process.stdin.close()
         assert process.stderr.readline().decode().strip() == "speaking: And the last"
         process.wait(timeout=300)

@@ -1,0 +1,431 @@
+"""``/v1/audio/speech/stream``: text in as it is written, audio out sentence
+by sentence, in vLLM-Omni's WebSocket protocol.
+
+The client sends ``session.config`` first (the speech request's fields,
+plus ``split_granularity`` and ``stream_audio``), then any number of
+utterances: ``input.text`` pieces ended by ``input.done``. Each utterance is
+one ``TTS.stream_text``: its segments are spoken as soon as they are
+complete. The server answers each segment with ``audio.start``, binary
+frames of audio (one file, or PCM chunks with ``stream_audio``) and
+``audio.done``, and each utterance with ``session.done``. Mistakes get an
+``error`` message and the session goes on, except a first message that is
+not a valid config, which ends it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ..audio import Audio
+from ..formats import encode_whole
+from ..pcm import to_pcm16
+from ..text_segments import SPLITS
+from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from ..tts import TTS
+from .adapter import SHUTDOWN_POLL_SECONDS, STOPPING
+from .admission import admit
+from .errors import ApiError
+from .resample import StreamingResampler
+from .speech_request import RequestRules, SpeechRequest, parse_speech_request
+
+MAX_TEXT_MESSAGE_BYTES = 128 * 1024  # any message but session.config
+SOCKET_FORMAT = "wav"  # vLLM-Omni's default here (not the HTTP default)
+_CHECKED_TEXT = "Checking the options."
+POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
+
+
+@dataclass(frozen=True)
+class SocketConfig:
+    request: SpeechRequest  # voice, format, rate and options; its text is unused
+    split: str
+    stream_audio: bool
+
+
+def parse_socket_config(message: dict, rules: RequestRules) -> SocketConfig:
+    """A ``session.config`` message (``ApiError`` 400 if it is wrong)."""
+    body = {key: value for key, value in message.items() if key != "type"}
+    split = body.pop("split_granularity", None) or "none"
+    if split not in SPLITS:
+        raise ApiError(400, f"split_granularity must be one of {', '.join(SPLITS)}")
+    stream_audio = body.pop("stream_audio", False)
+    if not isinstance(stream_audio, bool):
+        raise ApiError(400, "stream_audio must be true or false")
+    if body.pop("word_timestamps", False):
+        raise ApiError(400, "word_timestamps is not supported by this server")
+    if "speaker" in body:  # vLLM-Omni's other name for it
+        body.setdefault("voice", body.pop("speaker"))
+    for name in ("stream", "stream_format"):
+        body.pop(name, None)  # the socket decides how audio is sent
+    body["input"] = _CHECKED_TEXT
+    rules = dataclasses.replace(rules, default_format=SOCKET_FORMAT)
+    request = parse_speech_request(body, rules)
+    if stream_audio and request.response_format != "pcm":
+        raise ApiError(400, "stream_audio needs response_format 'pcm'")
+    return SocketConfig(request, split, stream_audio)
+
+
+class SentenceAudio:
+    """One segment's audio as the socket sends it: PCM chunks as they come
+    (``stream_audio``), else one whole file at the segment's end."""
+
+    def __init__(self, config: SocketConfig, native_rate: int):
+        request = config.request
+        self.rate = request.sample_rate or native_rate
+        self._format = request.response_format
+        self._progressive = config.stream_audio
+        self._resampler = StreamingResampler(native_rate, self.rate)
+        self._held: list[np.ndarray] = []
+
+    def add(self, samples: np.ndarray) -> bytes:
+        resampled = self._resampler.process(samples)
+        if self._progressive:
+            return to_pcm16(resampled).tobytes()
+        self._held.append(resampled)
+        return b""
+
+    def finish(self) -> bytes:
+        rest = self._resampler.flush()
+        if self._progressive:
+            return to_pcm16(rest).tobytes()
+        samples = np.concatenate([*self._held, rest])
+        return encode_whole(samples, self.rate, self._format)
+
+
+class Utterance:
+    """The text of one ``input.done``, and the task speaking it."""
+
+    def __init__(self, index: int, stream: TextStream | None, feed: TextFeed | None):
+        self.index = index
+        self.stream = stream  # None: refused (the server was busy)
+        self.feed = feed
+        self.chars = 0
+        self.flushed = anyio.Event()
+        self.done = anyio.Event()
+
+    def cancel(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.feed.end()
+
+
+class OpenSockets:
+    """How many sessions are open: a stopping server waits for them."""
+
+    def __init__(self):
+        self.active = 0
+
+    def opened(self) -> None:
+        self.active += 1
+
+    def closed(self) -> None:
+        self.active -= 1
+
+
+async def refuse(websocket: WebSocket, error: ApiError) -> None:
+    """Answer the handshake with the error, as an HTTP response where possible."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(error.response())
+    else:
+        await websocket.close(TRY_AGAIN_LATER if error.status == 503 else POLICY_VIOLATION)
+
+
+class SpeechSocket:
+    """One connection's session."""
+
+    def __init__(self, websocket: WebSocket, tts: TTS, state: Any, rules: RequestRules):
+        self._socket = websocket
+        self._tts = tts
+        self._state = state
+        self._rules = rules
+        self._config: SocketConfig | None = None
+        self._utterances: list[Utterance] = []  # not yet answered with session.done
+        self._next_index = 0
+        self._send_lock = anyio.Lock()
+        self._quiet_since = time.monotonic()
+
+    async def run(self) -> None:
+        await self._socket.accept()
+        self._state.sockets.opened()
+        try:
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                tasks.start_soon(self._end_on_shutdown)
+                await self._receive_all()
+                tasks.cancel_scope.cancel()
+        except WebSocketDisconnect:
+            pass
+        finally:
+            for utterance in self._utterances:
+                utterance.cancel()
+            self._state.sockets.closed()
+
+    # Receiving
+
+    async def _receive_all(self) -> None:
+        idle = self._state.settings.socket_idle_timeout
+        while True:
+            with anyio.move_on_after(idle):
+                message = await self._socket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if not await self._handle(message):
+                    return
+                continue
+            if self._utterances or time.monotonic() - self._quiet_since < idle:
+                continue  # audio is still being sent: the client is waiting, not idle
+            await self._end(f"idle timeout: no message for {idle:g} s", 1000)
+            return
+
+    async def _handle(self, frame: dict) -> bool:
+        """Act on one frame; False once the session is over."""
+        message = await self._parse(frame)
+        if message is None:
+            return self._config is not None
+        kind = message.get("type")
+        if self._config is None and kind != "session.config":
+            await self._end(f"expected session.config first, got {_shown(kind)}")
+            return False
+        if kind == "session.config":
+            return await self._configure(message)
+        if kind == "input.text":
+            await self._add_text(message.get("text"))
+        elif kind == "input.done":
+            await self._flush()
+        elif kind == "session.close":
+            await self._socket.close(1000)
+            return False
+        else:
+            await self._error(
+                f"unknown message type {_shown(kind)}; expected session.config, "
+                "input.text, input.done or session.close"
+            )
+        return True
+
+    async def _parse(self, frame: dict) -> dict | None:
+        text = frame.get("text")
+        if text is None:
+            await self._error("send JSON text frames; binary frames are not accepted")
+            return None
+        try:
+            message = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            await self._error(f"invalid JSON: {str(error)[:200]}")
+            return None
+        if not isinstance(message, dict):
+            await self._error("each message must be a JSON object with a 'type'")
+            return None
+        if message.get("type") != "session.config" and len(text) > MAX_TEXT_MESSAGE_BYTES:
+            await self._error(
+                f"message too large: {len(text)} characters; the limit is "
+                f"{MAX_TEXT_MESSAGE_BYTES} (session.config may be larger)"
+            )
+            return None
+        return message
+
+    async def _configure(self, message: dict) -> bool:
+        if self._utterances and not self._utterances[-1].flushed.is_set():
+            await self._error(
+                "session.config while an utterance's text is buffered is refused; "
+                "send input.done first"
+            )
+            return True
+        try:
+            config = await anyio.to_thread.run_sync(self._checked_config, message)
+        except ApiError as error:
+            if self._config is None:
+                await self._end(f"invalid session.config: {error.message}")
+                return False
+            await self._error(
+                f"invalid session.config (the previous one stays): {error.message}"
+            )
+            return True
+        self._config = config
+        return True
+
+    def _checked_config(self, message: dict) -> SocketConfig:
+        """The config, validated by the family too (a thread: it may decode a clip)."""
+        config = parse_socket_config(message, self._rules)
+        request = config.request
+        try:
+            self._tts.prepare(request.text, request.voice, **request.options)
+        except ValueError as error:
+            raise ApiError(400, str(error)) from None
+        return config
+
+    async def _add_text(self, text: Any) -> None:
+        if not isinstance(text, str):
+            await self._error("input.text needs a string 'text'")
+            return
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            await self._error("input.text is not valid Unicode (a lone surrogate?)")
+            return
+        utterance = await self._open_utterance()
+        if utterance.stream is None:
+            return  # refused: its error was sent once
+        limit = self._state.settings.max_input_chars
+        if utterance.chars + len(text) > limit:
+            await self._error(
+                f"this utterance would pass {limit} characters; the piece is dropped "
+                "(send input.done to speak what came before)"
+            )
+            return
+        utterance.chars += len(text)
+        utterance.feed.put(text)
+
+    async def _open_utterance(self, empty: bool = False) -> Utterance:
+        """The utterance taking text: the open one, or a new one (``empty``: one
+        that will take none, for an ``input.done`` with nothing before it)."""
+        if self._utterances and not self._utterances[-1].flushed.is_set():
+            return self._utterances[-1]
+        stream = feed = None
+        if not empty:
+            try:
+                admit(self._state)  # the bound of waiting HTTP requests holds here too
+            except ApiError as error:
+                await self._error(f"{error.message}; this utterance is dropped")
+            else:
+                feed = TextFeed()
+                stream = await anyio.to_thread.run_sync(self._text_stream, feed)
+        utterance = Utterance(self._next_index, stream, feed)
+        previous = self._utterances[-1] if self._utterances else None
+        self._next_index += 1
+        self._utterances.append(utterance)
+        self._tasks.start_soon(self._speak, utterance, previous, self._config)
+        return utterance
+
+    def _text_stream(self, feed: TextFeed) -> TextStream:
+        request = self._config.request
+        split = self._config.split
+        return self._tts.stream_text(feed, request.voice, split=split, **request.options)
+
+    async def _flush(self) -> None:
+        utterance = await self._open_utterance(empty=True)
+        if utterance.stream is not None:
+            utterance.feed.end()
+        utterance.flushed.set()
+
+    # Sending
+
+    async def _speak(
+        self, utterance: Utterance, previous: Utterance | None, config: SocketConfig
+    ) -> None:
+        """Send one utterance's audio, after the one before it, then session.done."""
+        try:
+            if previous is not None:
+                await previous.done.wait()
+            sentences = 0
+            if utterance.stream is not None:
+                sentences = await self._send_segments(utterance, config)
+            await utterance.flushed.wait()
+            await self._send(
+                {
+                    "type": "session.done",
+                    "utterance_index": utterance.index,
+                    "total_sentences": sentences,
+                }
+            )
+        finally:
+            if utterance.stream is not None:
+                utterance.cancel()
+                self._state.metrics.request_closed()
+            self._utterances.remove(utterance)
+            self._quiet_since = time.monotonic()
+            utterance.done.set()
+
+    async def _send_segments(self, utterance: Utterance, config: SocketConfig) -> int:
+        """Each segment's audio.start, audio and audio.done; the count sent."""
+        events = utterance.stream.events()
+        native_rate = self._tts.sample_rate
+        started: SegmentStarted | None = None
+        audio: SentenceAudio | None = None
+        sent = count = 0
+        try:
+            while (event := await _next_event(events)) is not None:
+                if isinstance(event, SegmentStarted):
+                    started, audio, sent = event, SentenceAudio(config, native_rate), 0
+                    await self._send(self._start_message(utterance, event, audio, config))
+                elif isinstance(event, Audio):
+                    sent += await self._send_audio(audio.add(event.samples))
+                elif isinstance(event, SegmentEnded):
+                    sent += await self._send_audio(audio.finish())
+                    await self._send(_done_message(utterance, event.index, sent, False))
+                    started, count = None, count + 1
+        except Exception as error:  # noqa: BLE001 - a segment failed: say so
+            await self._error(f"generation failed: {str(error)[:300]}")
+            if started is not None:
+                await self._send(_done_message(utterance, started.index, sent, True))
+                count += 1
+        return count
+
+    def _start_message(self, utterance, event, audio, config) -> dict:
+        return {
+            "type": "audio.start",
+            "utterance_index": utterance.index,
+            "sentence_index": event.index,
+            "sentence_text": event.text,
+            "format": config.request.response_format,
+            "sample_rate": audio.rate,
+            "channels": 1,
+        }
+
+    async def _send_audio(self, data: bytes) -> int:
+        if data:
+            async with self._send_lock:
+                await self._socket.send_bytes(data)
+        return len(data)
+
+    async def _send(self, message: dict) -> None:
+        async with self._send_lock:
+            await self._socket.send_json(message)
+
+    async def _error(self, message: str) -> None:
+        try:
+            await self._send({"type": "error", "message": message})
+        except (WebSocketDisconnect, RuntimeError):
+            pass  # the client has gone; nothing to tell
+
+    async def _end(self, message: str, code: int = POLICY_VIOLATION) -> None:
+        await self._error(message)
+        try:
+            await self._socket.close(code)
+        except RuntimeError:
+            pass  # already closed
+
+    async def _end_on_shutdown(self) -> None:
+        """A stopping server lets the running utterances finish until its
+        deadline, then ends the session with an error message."""
+        shutdown = self._state.shutdown
+        while not shutdown.started or (self._utterances and not shutdown.overdue):
+            await anyio.sleep(SHUTDOWN_POLL_SECONDS)
+        for utterance in self._utterances:
+            utterance.cancel()
+        await self._end(STOPPING, GOING_AWAY)
+        self._tasks.cancel_scope.cancel()
+
+
+async def _next_event(events) -> Any:
+    return await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
+
+
+def _done_message(utterance: Utterance, index: int, total_bytes: int, error: bool) -> dict:
+    return {
+        "type": "audio.done",
+        "utterance_index": utterance.index,
+        "sentence_index": index,
+        "total_bytes": total_bytes,
+        "error": error,
+    }
+
+
+def _shown(kind: Any) -> str:
+    return repr(kind)[:64]

@@ -1,0 +1,287 @@
+"""``/v1/audio/speech/stream`` end to end: a real uvicorn server, a real
+WebSocket client (``websockets``), vLLM-Omni's protocol."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import time
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from mlx_speech.server import ServerSettings
+from tests.tts.support.idle import wait_until_idle
+from tests.tts.support.server import RunningServer
+
+from .test_cli import _start_serving
+
+FRAME = 960
+PATH = "/v1/audio/speech/stream"
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("socket-voices"),
+        socket_idle_timeout=1.5,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+def socket_url(server) -> str:
+    return server.url.replace("http://", "ws://") + PATH
+
+
+def send(ws, kind: str, **fields) -> None:
+    ws.send(json.dumps({"type": kind, **fields}))
+
+
+def receive_until(ws, kind: str, timeout: float = 120) -> list:
+    """Messages (dicts) and binary frames (bytes) up to and including ``kind``."""
+    received = []
+    while True:
+        frame = ws.recv(timeout=timeout)
+        message = frame if isinstance(frame, bytes) else json.loads(frame)
+        received.append(message)
+        if isinstance(message, dict) and message["type"] == kind:
+            return received
+
+
+def messages(received, kind: str) -> list[dict]:
+    return [m for m in received if isinstance(m, dict) and m["type"] == kind]
+
+
+CONFIG = {"seed": 3, "max_new_tokens": 4, "split_granularity": "sentence"}
+
+
+def test_each_sentence_is_a_wav_file_between_start_and_done(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", response_format="wav", **CONFIG)
+        for piece in ("Hello there. How", " are you", " today?"):
+            send(ws, "input.text", text=piece)
+        send(ws, "input.done")
+        received = receive_until(ws, "session.done")
+    starts = messages(received, "audio.start")
+    assert [
+        (s["utterance_index"], s["sentence_index"], s["sentence_text"]) for s in starts
+    ] == [
+        (0, 0, "Hello there."),
+        (0, 1, "How are you today?"),
+    ]
+    assert starts[0]["format"] == "wav" and starts[0]["sample_rate"] == 48000
+    files = [frame for frame in received if isinstance(frame, bytes)]
+    assert len(files) == 2
+    for data, done in zip(files, messages(received, "audio.done"), strict=True):
+        samples, rate = soundfile.read(io.BytesIO(data))
+        assert rate == 48000 and len(samples) == 4 * FRAME
+        assert done["total_bytes"] == len(data) and done["error"] is False
+    assert received[-1] == {
+        "type": "session.done",
+        "utterance_index": 0,
+        "total_sentences": 2,
+    }
+
+
+def test_stream_audio_pcm_equals_the_http_pcm_of_each_sentence(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", response_format="pcm", stream_audio=True, **CONFIG)
+        send(ws, "input.text", text="Hello there. Goodbye now.")
+        send(ws, "input.done")
+        received = receive_until(ws, "session.done")
+    assert messages(received, "audio.start")[0]["sample_rate"] == 24000
+    per_sentence, current = [], b""
+    for item in received:
+        if isinstance(item, bytes):
+            current += item
+        elif item["type"] == "audio.done":
+            assert item["total_bytes"] == len(current)
+            per_sentence.append(current)
+            current = b""
+    assert len([item for item in received if isinstance(item, bytes)]) > 2  # chunks
+    for text, pcm in zip(("Hello there.", "Goodbye now."), per_sentence, strict=True):
+        body = {"input": text, "response_format": "pcm", "seed": 3, "max_new_tokens": 4}
+        http = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+        assert pcm == http.content
+
+
+def test_first_sentence_audio_arrives_before_the_rest_is_sent(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **CONFIG)
+        send(ws, "input.text", text="The first sentence. ")
+        # Nothing more is sent until its audio is here.
+        first = receive_until(ws, "audio.done")
+        assert messages(first, "audio.start")[0]["sentence_text"] == "The first sentence."
+        send(ws, "input.text", text="And the second.")
+        send(ws, "input.done")
+        rest = receive_until(ws, "session.done")
+    assert rest[-1]["total_sentences"] == 2
+
+
+def test_utterances_share_the_connection_and_the_config_can_change_between(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", response_format="wav", **CONFIG)
+        send(ws, "input.text", text="One.")
+        send(ws, "input.done")
+        send(ws, "input.text", text="Two.")  # before the first is answered: queued
+        send(ws, "input.done")
+        first = receive_until(ws, "session.done")
+        second = receive_until(ws, "session.done")
+        send(ws, "session.config", response_format="pcm", **CONFIG)
+        send(ws, "input.text", text="Three.")
+        send(ws, "input.done")
+        third = receive_until(ws, "session.done")
+        send(ws, "input.done")  # nothing buffered: an empty utterance
+        empty = receive_until(ws, "session.done")
+        send(ws, "session.close")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    assert [r[-1]["utterance_index"] for r in (first, second, third, empty)] == [0, 1, 2, 3]
+    assert messages(second, "audio.start")[0]["sentence_text"] == "Two."
+    assert messages(third, "audio.start")[0]["format"] == "pcm"
+    assert len(next(f for f in third if isinstance(f, bytes))) == 4 * 480 * 2
+    assert empty == [{"type": "session.done", "utterance_index": 3, "total_sentences": 0}]
+
+
+def test_mistakes_get_an_error_and_the_session_goes_on(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **CONFIG)
+        ws.send("{not json")
+        ws.send(b"\x00\x01")
+        ws.send("[1, 2]")
+        send(ws, "input.bogus")
+        send(ws, "input.text", text=7)
+        send(ws, "input.text", text="x" * (200 * 1024))
+        send(ws, "input.text", text="\ud800")
+        send(ws, "session.config", response_format="nope")
+        errors = [json.loads(ws.recv(timeout=30))["message"] for _ in range(8)]
+        send(ws, "input.text", text="Still here.")
+        send(ws, "session.config", response_format="pcm")  # text is buffered
+        errors.append(json.loads(ws.recv(timeout=30))["message"])
+        send(ws, "input.done")
+        received = receive_until(ws, "session.done")
+    for expected, message in zip(
+        [
+            "invalid JSON",
+            "binary frames are not accepted",
+            "JSON object",
+            "unknown message type 'input.bogus'",
+            "needs a string",
+            "message too large",
+            "not valid Unicode",
+            "invalid session.config (the previous one stays)",
+            "send input.done first",
+        ],
+        errors,
+        strict=True,
+    ):
+        assert expected in message
+    assert messages(received, "audio.start")[0]["format"] == "wav"  # the first config
+    assert received[-1]["total_sentences"] == 1
+
+
+@pytest.mark.parametrize(
+    "first, expected",
+    [
+        ({"type": "input.text", "text": "Hi."}, "expected session.config first"),
+        ({"type": "session.config", "response_format": "xyz"}, "invalid session.config"),
+        ({"type": "session.config", "voice": "nobody-here"}, "nobody-here"),
+        ({"type": "session.config", "stream_audio": True}, "needs response_format 'pcm'"),
+        ({"type": "session.config", "split_granularity": "word"}, "split_granularity"),
+    ],
+)
+def test_a_first_message_that_is_not_a_valid_config_ends_the_session(
+    server, first, expected
+):
+    with connect(socket_url(server)) as ws:
+        ws.send(json.dumps(first))
+        assert expected in json.loads(ws.recv(timeout=30))["message"]
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 1008
+
+
+def test_an_idle_session_is_closed_with_a_message(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **CONFIG)
+        started = time.monotonic()
+        assert "idle timeout" in json.loads(ws.recv(timeout=30))["message"]
+        assert time.monotonic() - started >= 1.4
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+
+
+def test_a_client_that_leaves_mid_utterance_cancels_its_work(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", temperature=0, max_new_tokens=4000)
+        send(ws, "input.text", text="A very long sentence to speak.")
+        send(ws, "input.done")
+        receive_until(ws, "audio.start")
+    wait_until_idle(timeout=30)
+
+
+def test_a_speaker_field_names_the_voice_as_in_vllm_omni(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", speaker="alloy", **CONFIG)
+        send(ws, "input.text", text="Hello.")
+        send(ws, "input.done")
+        assert receive_until(ws, "session.done")[-1]["total_sentences"] == 1
+
+
+def test_api_key_and_origin_guard_the_socket(speaking_dir, tmp_path):
+    settings = ServerSettings(model=str(speaking_dir), voices_dir=tmp_path, api_key="k3y")
+    with RunningServer(settings) as running:
+        url = socket_url(running)
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url)
+        assert refused.value.response.status_code == 401
+        good = {"Authorization": "Bearer k3y"}
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, additional_headers=good, origin="http://evil.example")
+        assert refused.value.response.status_code == 403
+        assert b"--cors-origin" in refused.value.response.body
+        own_page = f"http://127.0.0.1:{running.port}"
+        with connect(url, additional_headers=good, origin=own_page) as ws:
+            send(ws, "session.config", **CONFIG)
+            send(ws, "input.done")
+            assert receive_until(ws, "session.done")[-1]["total_sentences"] == 0
+
+
+def test_a_stopping_server_ends_the_session_with_a_message(speaking_dir):
+    serving, url = _start_serving(speaking_dir, "--shutdown-timeout", "1")
+    try:
+        with connect(url.replace("http://", "ws://") + PATH) as ws:
+            send(ws, "session.config", temperature=0, max_new_tokens=4000)
+            send(ws, "input.text", text="Speak for a long time.")
+            send(ws, "input.done")
+            receive_until(ws, "audio.start")
+            serving.send_signal(signal.SIGTERM)
+            received = receive_until(ws, "error", timeout=30)
+            assert received[-1]["message"] == "the server is shutting down"
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    ws.recv(timeout=10)
+            assert closed.value.rcvd.code == 1001
+        assert serving.wait(timeout=30) == 0
+    finally:
+        serving.kill()
+    assert "Traceback" not in serving.stdout.read()
+
+
+def test_audio_equals_the_same_text_spoken_alone(server, speaking_tts):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", response_format="wav", **CONFIG)
+        send(ws, "input.text", text="Hello there.")
+        send(ws, "input.done")
+        data = next(f for f in receive_until(ws, "session.done") if isinstance(f, bytes))
+    samples, _ = soundfile.read(io.BytesIO(data), dtype="int16")
+    alone = speaking_tts.speak("Hello there.", seed=3, max_new_tokens=4).samples
+    expected = np.clip(np.round(alone * 32767), -32768, 32767).astype(np.int16)
+    np.testing.assert_allclose(samples, expected, atol=1)
