@@ -149,7 +149,7 @@ class SpeechSocket:
         self._utterances: list[Utterance] = []  # not yet answered with session.done
         self._next_index = 0
         self._send_lock = anyio.Lock()
-        self._quiet_since = time.monotonic()
+        self._last_sent = time.monotonic()
 
     async def run(self) -> None:
         await self._socket.accept()
@@ -172,23 +172,30 @@ class SpeechSocket:
     async def _receive_all(self) -> None:
         idle = self._state.settings.socket_idle_timeout
         while True:
+            message = None
             with anyio.move_on_after(idle):
                 message = await self._socket.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                if not await self._handle(message):
-                    return
-                continue
-            if self._utterances or time.monotonic() - self._quiet_since < idle:
-                continue  # audio is still being sent: the client is waiting, not idle
-            await self._end(f"idle timeout: no message for {idle:g} s", 1000)
-            return
+            if message is None:
+                if self._owes_audio() or time.monotonic() - self._last_sent < idle:
+                    continue  # the client is waiting for us, not idle
+                await self._end(f"idle timeout: no message for {idle:g} s", 1000)
+                return
+            if message["type"] == "websocket.disconnect":
+                return
+            if not await self._handle(message):
+                return
+
+    def _owes_audio(self) -> bool:
+        return any(u.flushed.is_set() for u in self._utterances)
 
     async def _handle(self, frame: dict) -> bool:
         """Act on one frame; False once the session is over."""
         message = await self._parse(frame)
+        if message is None and self._config is None:
+            await self._end("the first message must be a session.config JSON object")
+            return False
         if message is None:
-            return self._config is not None
+            return True
         kind = message.get("type")
         if self._config is None and kind != "session.config":
             await self._end(f"expected session.config first, got {_shown(kind)}")
@@ -319,7 +326,8 @@ class SpeechSocket:
     async def _speak(
         self, utterance: Utterance, previous: Utterance | None, config: SocketConfig
     ) -> None:
-        """Send one utterance's audio, after the one before it, then session.done."""
+        """Send one utterance's audio, after the one before it, then session.done;
+        a client gone mid-way ends the session."""
         try:
             if previous is not None:
                 await previous.done.wait()
@@ -334,12 +342,13 @@ class SpeechSocket:
                     "total_sentences": sentences,
                 }
             )
+        except (WebSocketDisconnect, RuntimeError):  # sending to a closed socket
+            self._tasks.cancel_scope.cancel()
         finally:
             if utterance.stream is not None:
                 utterance.cancel()
                 self._state.metrics.request_closed()
             self._utterances.remove(utterance)
-            self._quiet_since = time.monotonic()
             utterance.done.set()
 
     async def _send_segments(self, utterance: Utterance, config: SocketConfig) -> int:
@@ -349,23 +358,26 @@ class SpeechSocket:
         started: SegmentStarted | None = None
         audio: SentenceAudio | None = None
         sent = count = 0
-        try:
-            while (event := await _next_event(events)) is not None:
-                if isinstance(event, SegmentStarted):
-                    started, audio, sent = event, SentenceAudio(config, native_rate), 0
-                    await self._send(self._start_message(utterance, event, audio, config))
-                elif isinstance(event, Audio):
-                    sent += await self._send_audio(audio.add(event.samples))
-                elif isinstance(event, SegmentEnded):
-                    sent += await self._send_audio(audio.finish())
-                    await self._send(_done_message(utterance, event.index, sent, False))
-                    started, count = None, count + 1
-        except Exception as error:  # noqa: BLE001 - a segment failed: say so
-            await self._error(f"generation failed: {str(error)[:300]}")
-            if started is not None:
+        while True:
+            try:
+                event = await _next_event(events)
+            except Exception as error:  # noqa: BLE001 - a segment failed: say so
+                await self._error(f"generation failed: {str(error)[:300]}")
+                if started is None:
+                    return count
                 await self._send(_done_message(utterance, started.index, sent, True))
-                count += 1
-        return count
+                return count + 1
+            if event is None:
+                return count
+            if isinstance(event, SegmentStarted):
+                started, audio, sent = event, SentenceAudio(config, native_rate), 0
+                await self._send(self._start_message(utterance, event, audio, config))
+            elif isinstance(event, Audio):
+                sent += await self._send_audio(audio.add(event.samples))
+            elif isinstance(event, SegmentEnded):
+                sent += await self._send_audio(audio.finish())
+                await self._send(_done_message(utterance, event.index, sent, False))
+                started, count = None, count + 1
 
     def _start_message(self, utterance, event, audio, config) -> dict:
         return {
@@ -382,11 +394,13 @@ class SpeechSocket:
         if data:
             async with self._send_lock:
                 await self._socket.send_bytes(data)
+                self._last_sent = time.monotonic()
         return len(data)
 
     async def _send(self, message: dict) -> None:
         async with self._send_lock:
             await self._socket.send_json(message)
+            self._last_sent = time.monotonic()
 
     async def _error(self, message: str) -> None:
         try:
@@ -398,7 +412,7 @@ class SpeechSocket:
         await self._error(message)
         try:
             await self._socket.close(code)
-        except RuntimeError:
+        except (WebSocketDisconnect, RuntimeError):
             pass  # already closed
 
     async def _end_on_shutdown(self) -> None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import json
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -195,16 +198,20 @@ def test_mistakes_get_an_error_and_the_session_goes_on(server):
         ({"type": "session.config", "voice": "nobody-here"}, "nobody-here"),
         ({"type": "session.config", "stream_audio": True}, "needs response_format 'pcm'"),
         ({"type": "session.config", "split_granularity": "word"}, "split_granularity"),
+        ("{not json", "the first message must be a session.config"),
+        (b"\x00", "the first message must be a session.config"),
     ],
 )
 def test_a_first_message_that_is_not_a_valid_config_ends_the_session(
     server, first, expected
 ):
     with connect(socket_url(server)) as ws:
-        ws.send(json.dumps(first))
-        assert expected in json.loads(ws.recv(timeout=30))["message"]
+        ws.send(first if isinstance(first, str | bytes) else json.dumps(first))
+        errors = [json.loads(ws.recv(timeout=30))["message"]]
         with pytest.raises(ConnectionClosed) as closed:
-            ws.recv(timeout=10)
+            while True:
+                errors.append(json.loads(ws.recv(timeout=10))["message"])
+    assert any(expected in error for error in errors), errors
     assert closed.value.rcvd.code == 1008
 
 
@@ -285,3 +292,16 @@ def test_audio_equals_the_same_text_spoken_alone(server, speaking_tts):
     alone = speaking_tts.speak("Hello there.", seed=3, max_new_tokens=4).samples
     expected = np.clip(np.round(alone * 32767), -32768, 32767).astype(np.int16)
     np.testing.assert_allclose(samples, expected, atol=1)
+
+
+def test_the_websocket_example_client_saves_what_it_heard(server, tmp_path):
+    example = Path(__file__).parents[2] / "examples" / "speak_over_websocket.py"
+    out = tmp_path / "heard.wav"
+    command = [sys.executable, str(example), "Hello there. How are you?", "-o", str(out)]
+    command += ["--url", socket_url(server), "--delay", "0.01"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "speaking: Hello there." in result.stdout
+    assert "speaking: How are you?" in result.stdout
+    samples, rate = soundfile.read(out)
+    assert rate == 24000 and len(samples) > 0
