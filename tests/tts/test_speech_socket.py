@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import soundfile
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+import mlx_speech
 from mlx_speech.server import ServerSettings
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
@@ -270,6 +272,10 @@ def test_a_stopping_server_ends_the_session_with_a_message(speaking_dir):
             send(ws, "input.done")
             receive_until(ws, "audio.start")
             serving.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            with pytest.raises(InvalidStatus) as refused:  # new sessions: 503
+                connect(url.replace("http://", "ws://") + PATH)
+            assert refused.value.response.status_code == 503
             received = receive_until(ws, "error", timeout=30)
             assert received[-1]["message"] == "the server is shutting down"
             with pytest.raises(ConnectionClosed) as closed:
@@ -305,3 +311,26 @@ def test_the_websocket_example_client_saves_what_it_heard(server, tmp_path):
     assert "speaking: How are you?" in result.stdout
     samples, rate = soundfile.read(out)
     assert rate == 24000 and len(samples) > 0
+
+
+def test_handshakes_get_503_while_the_model_loads(speaking_dir, tmp_path):
+    release = threading.Event()
+
+    def slow_load(model, **options):
+        release.wait(30)
+        return mlx_speech.load(model, **options)
+
+    settings = ServerSettings(model=str(speaking_dir), voices_dir=tmp_path)
+    with RunningServer(settings, load=slow_load, wait_until_healthy=False) as running:
+        try:
+            with pytest.raises(InvalidStatus) as refused:
+                connect(socket_url(running))
+            assert refused.value.response.status_code == 503
+            assert b"still loading" in refused.value.response.body
+        finally:
+            release.set()
+        running.wait_until_healthy(time.monotonic() + 30)
+        with connect(socket_url(running)) as ws:
+            send(ws, "session.config", **CONFIG)
+            send(ws, "input.done")
+            assert receive_until(ws, "session.done")[-1]["total_sentences"] == 0
