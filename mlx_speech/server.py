@@ -42,6 +42,7 @@ from .http.errors import ApiError
 from .http.local_only import LocalOnly
 from .http.metrics import CountedResponses, Metrics
 from .http.openapi import openapi_document
+from .http.page import page, page_asset
 from .http.shutdown import Shutdown
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .http.speech_socket import OpenSockets, SpeechSocket, refuse
@@ -327,6 +328,8 @@ ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
+    Route("/", page, methods=["GET"]),
+    Route("/page/{name}", page_asset, methods=["GET"]),
 ]
 
 

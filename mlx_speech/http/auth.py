@@ -6,12 +6,13 @@ import hmac
 from collections.abc import Callable
 
 from .errors import ApiError
+from .page import PUBLIC_PATHS
 
-OPEN_PATHS = ("/health",)
+OPEN_PATHS = ("/health", *PUBLIC_PATHS)  # the page asks for the key itself
 
 
 class ApiKeyGuard:
-    """Every route but /health, the WebSocket one too, needs
+    """Every route but /health and the page, the WebSocket one too, needs
     ``Authorization: Bearer KEY`` or ``x-api-key``."""
 
     def __init__(self, app: Callable, api_key: str):

@@ -235,6 +235,8 @@ def _other_routes() -> dict[str, Any]:
         "/health": get("200 when ready; 503 while loading or when loading failed"),
         "/metrics": get("Prometheus text", "text/plain"),
         "/openapi.json": get("This document"),
+        "/": get("The page: type, pick or clone a voice, hear it stream", "text/html"),
+        "/page/{name}": get("The page's script (page.js) and style sheet (page.css)"),
         "/v1/audio/speech/stream": {
             "get": {
                 "summary": "WebSocket (vLLM-Omni's protocol): text in as it is written, "
