@@ -262,10 +262,12 @@ class Player {
 
 async function speak() {
   clearError();
+  setStatus("streaming", "Preparing…");
   let body;
   try {
     body = await requestBody();
   } catch (error) {
+    setStatus("error", "Failed.");
     return showError(error);
   }
   session.controller = new AbortController();
