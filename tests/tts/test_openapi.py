@@ -1,5 +1,6 @@
 """``/openapi.json`` describes the API as the parser checks it, and a
-property-based fuzz of the speech endpoint built from it finds no 5xx."""
+property-based fuzz of the speech endpoints built from it (HTTP and the
+WebSocket) finds no 5xx and no internal error."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from mlx_speech.http.speech_request import RequestRules, parse_speech_request
 from mlx_speech.server import ROUTES, ServerSettings
@@ -176,6 +179,44 @@ def test_fuzzed_batches_never_get_a_5xx(server, document):
             assert answer["total"] == len(body["items"]) == len(answer["results"])
             for result in answer["results"]:
                 assert result["status"] in ("success", "error")
+
+    check()
+    assert_speaks(server)
+
+
+SOCKET_MESSAGES = {"audio.start", "audio.done", "session.done", "error"}
+
+
+def test_fuzzed_socket_sessions_end_well(server, document):
+    """The same bodies as session.config, their input as the text: every
+    session ends with session.done or a deliberate close, never an internal
+    error, and every message is one of the protocol's."""
+    fields = sorted(_speech_fields(document))
+    socket_fields = {
+        "split_granularity": st.one_of(st.sampled_from(["none", "sentence"]), HOSTILE),
+        "stream_audio": st.one_of(st.booleans(), HOSTILE),
+        "speaker": HOSTILE,
+    }
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+    @_fuzzing(60)
+    @given(_bodies(fields), st.fixed_dictionaries({}, optional=socket_fields))
+    def check(body, socket_only):
+        text = body.pop("input")
+        with connect(url) as ws:
+            ws.send(json.dumps({"type": "session.config", **body, **socket_only}))
+            ws.send(json.dumps({"type": "input.text", "text": text}))
+            ws.send(json.dumps({"type": "input.done"}))
+            try:
+                while True:
+                    frame = ws.recv(timeout=60)
+                    if isinstance(frame, str):
+                        message = json.loads(frame)
+                        assert message["type"] in SOCKET_MESSAGES, message
+                        if message["type"] == "session.done":
+                            return
+            except ConnectionClosed as closed:
+                assert closed.rcvd is not None and closed.rcvd.code == 1008, closed
 
     check()
     assert_speaks(server)
