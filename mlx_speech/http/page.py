@@ -15,7 +15,9 @@ ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}
 PUBLIC_PATHS = ("/", *(f"/page/{name}" for name in ASSETS))  # open without the API key
 _HEADERS = {
     "cache-control": "no-cache",
-    "content-security-policy": "default-src 'self'; media-src 'self' blob: data:",
+    "content-security-policy": (
+        "default-src 'self'; media-src 'self' blob: data:; img-src 'self' data:"
+    ),
 }
 
 

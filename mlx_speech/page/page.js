@@ -50,7 +50,9 @@ function inWords(error) {
   const said = error.message;
   switch (error.status) {
     case 400: return `The server refused the request: ${said}`;
-    case 401: return "This server needs its API key: enter it above.";
+    case 401: return session.key
+      ? "The server refused this API key: enter the right one above."
+      : "This server needs its API key: enter it above.";
     case 403: return `Refused: ${said}`;
     case 404: return `Not found: ${said}`;
     case 409: return `Name taken: ${said}`;
@@ -420,7 +422,8 @@ $("clip").addEventListener("change", (event) => {
   const file = event.target.files[0];
   if (file) useClip(file, file.name);
 });
-$("save-key").addEventListener("click", () => {
+$("key-panel").addEventListener("submit", (event) => {
+  event.preventDefault();
   session.key = $("api-key").value.trim();
   sessionStorage.setItem(KEY_STORAGE, session.key);
   $("key-panel").hidden = true;
