@@ -108,10 +108,10 @@ def _cached_voice_timing(tts, options: dict) -> tuple[float, float]:
     stream = tts.stream(SENTENCES[0], **options)
     next(stream)
     first = time.perf_counter() - started
-    chunks = 1 + sum(1 for _ in stream)
+    for _ in stream:
+        pass
     total = time.perf_counter() - started
-    frames = options["max_new_tokens"]
-    return first, (total - first) / max(frames - 1, 1) if chunks else 0.0
+    return first, (total - first) / max(options["max_new_tokens"] - 1, 1)
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..audio import Audio
+from ..errors import shown
 from ..formats import encode_whole
 from ..pcm import to_pcm16
 from ..text_segments import SPLITS
@@ -198,7 +199,7 @@ class SpeechSocket:
             return True
         kind = message.get("type")
         if self._config is None and kind != "session.config":
-            await self._end(f"expected session.config first, got {_shown(kind)}")
+            await self._end(f"expected session.config first, got {shown(kind)}")
             return False
         if kind == "session.config":
             return await self._configure(message)
@@ -211,7 +212,7 @@ class SpeechSocket:
             return False
         else:
             await self._error(
-                f"unknown message type {_shown(kind)}; expected session.config, "
+                f"unknown message type {shown(kind)}; expected session.config, "
                 "input.text, input.done or session.close"
             )
         return True
@@ -237,8 +238,14 @@ class SpeechSocket:
             return None
         return message
 
-    async def _configure(self, message: dict) -> bool:
+    def _taking_text(self) -> Utterance | None:
+        """The utterance whose ``input.done`` has not come yet, if any."""
         if self._utterances and not self._utterances[-1].flushed.is_set():
+            return self._utterances[-1]
+        return None
+
+    async def _configure(self, message: dict) -> bool:
+        if self._taking_text() is not None:
             await self._error(
                 "session.config while an utterance's text is buffered is refused; "
                 "send input.done first"
@@ -292,8 +299,8 @@ class SpeechSocket:
     async def _open_utterance(self, empty: bool = False) -> Utterance:
         """The utterance taking text: the open one, or a new one (``empty``: one
         that will take none, for an ``input.done`` with nothing before it)."""
-        if self._utterances and not self._utterances[-1].flushed.is_set():
-            return self._utterances[-1]
+        if (open_utterance := self._taking_text()) is not None:
+            return open_utterance
         stream = feed = None
         if not empty:
             try:
@@ -439,7 +446,3 @@ def _done_message(utterance: Utterance, index: int, total_bytes: int, error: boo
         "total_bytes": total_bytes,
         "error": error,
     }
-
-
-def _shown(kind: Any) -> str:
-    return repr(kind)[:64]

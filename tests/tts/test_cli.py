@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import time
 
@@ -13,7 +11,7 @@ import httpx
 import pytest
 import soundfile
 
-from tests.tts.support.cli import MLX_SPEECH, run
+from tests.tts.support.cli import MLX_SPEECH, run, start_serving
 
 
 def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
@@ -157,32 +155,9 @@ def test_help_lists_every_flag(command):
         assert flag in result.stdout
 
 
-def _start_serving(speaking_dir, *flags: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [MLX_SPEECH, "serve", "--model", str(speaking_dir), "--port", str(port), *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "MLX_SPEECH_API_KEY": ""},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                return server, url
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline and server.poll() is None
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
-    server, url = _start_serving(speaking_dir, "--shutdown-timeout", "2")
+    server, url = start_serving(speaking_dir, "--shutdown-timeout", "2")
     try:
         with httpx.stream(
             "POST",
@@ -207,7 +182,7 @@ def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
 def test_on_sigterm_running_streams_finish_or_end_cleanly(speaking_dir):
     """A short stream finishes whole within the grace; a long one ends with
     an SSE error event at the deadline; new requests are refused; exit 0."""
-    server, url = _start_serving(speaking_dir, "--shutdown-timeout", "1.5")
+    server, url = start_serving(speaking_dir, "--shutdown-timeout", "1.5")
     try:
         with httpx.Client(timeout=30) as client:
             with client.stream(

@@ -21,10 +21,9 @@ from websockets.sync.client import connect
 
 import mlx_speech
 from mlx_speech.server import ServerSettings
+from tests.tts.support.cli import start_serving
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
-
-from .test_cli import _start_serving
 
 FRAME = 960
 PATH = "/v1/audio/speech/stream"
@@ -264,7 +263,7 @@ def test_api_key_and_origin_guard_the_socket(speaking_dir, tmp_path):
 
 
 def test_a_stopping_server_ends_the_session_with_a_message(speaking_dir):
-    serving, url = _start_serving(speaking_dir, "--shutdown-timeout", "1")
+    serving, url = start_serving(speaking_dir, "--shutdown-timeout", "1")
     try:
         with connect(url.replace("http://", "ws://") + PATH) as ws:
             send(ws, "session.config", temperature=0, max_new_tokens=4000)
