@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 import mlx_speech
+from mlx_speech.errors import GenerationError
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import start_serving
 from tests.tts.support.idle import wait_until_idle
@@ -333,3 +334,75 @@ def test_handshakes_get_503_while_the_model_loads(speaking_dir, tmp_path):
             send(ws, "session.config", **CONFIG)
             send(ws, "input.done")
             assert receive_until(ws, "session.done")[-1]["total_sentences"] == 0
+
+
+def test_an_utterance_past_max_input_chars_drops_the_piece(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **CONFIG)
+        send(ws, "input.text", text="a " * 2000)
+        send(ws, "input.text", text="b" * 200)  # 4200 characters in all
+        assert "would pass 4096 characters" in json.loads(ws.recv(timeout=30))["message"]
+        send(ws, "input.done")
+        assert receive_until(ws, "session.done")[-1]["total_sentences"] >= 1
+
+
+def test_a_refused_utterance_is_said_and_answered_with_no_sentences(speaking_dir, tmp_path):
+    # A negative bound refuses every request, as a full queue would.
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path, max_queue=-(10**6)
+    )
+    with RunningServer(settings) as running, connect(socket_url(running)) as ws:
+        send(ws, "session.config", **CONFIG)
+        send(ws, "input.text", text="Hello.")
+        assert "this utterance is dropped" in json.loads(ws.recv(timeout=30))["message"]
+        send(ws, "input.done")
+        assert receive_until(ws, "session.done")[-1] == {
+            "type": "session.done",
+            "utterance_index": 0,
+            "total_sentences": 0,
+        }
+
+
+class _FailingAfterOneChunk:
+    """A segment whose generation fails after its first chunk."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._sent = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._sent:
+            raise GenerationError("the codec produced non-finite audio")
+        self._sent = True
+        return next(self._stream)
+
+    def cancel(self):
+        self._stream.cancel()
+
+
+def test_a_failing_segment_gets_an_error_and_its_audio_done(speaking_dir, tmp_path):
+    def load_failing_on_explode(model, **options):
+        tts = mlx_speech.load(model, **options)
+        speak = tts.stream
+
+        def stream(text, voice=None, **more):
+            chunks = speak(text, voice, **more)
+            return _FailingAfterOneChunk(chunks) if "Explode" in text else chunks
+
+        tts.stream = stream
+        return tts
+
+    settings = ServerSettings(model=str(speaking_dir), voices_dir=tmp_path)
+    with RunningServer(settings, load=load_failing_on_explode) as running:
+        with connect(socket_url(running)) as ws:
+            send(ws, "session.config", **CONFIG)
+            send(ws, "input.text", text="Fine first. Explode here. Never said.")
+            send(ws, "input.done")
+            received = receive_until(ws, "session.done")
+    errors = messages(received, "error")
+    assert len(errors) == 1 and "non-finite audio" in errors[0]["message"]
+    assert [d["error"] for d in messages(received, "audio.done")] == [False, True]
+    assert received[-1]["total_sentences"] == 2
