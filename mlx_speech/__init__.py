@@ -34,12 +34,14 @@ def load(
     model: str | Path = DEFAULT_MODEL,
     voices_dir: str | Path | VoiceStore | None = None,
     voice_aliases: dict[str, str] | None = None,
+    normalize: bool = True,
 ) -> TTS:
     """Load a checkpoint (local directory or hub id); its family comes from config.json.
 
     ``voices_dir`` holds saved voices (default: a per-user data directory), or
     is the ``VoiceStore`` to share with the caller; ``voice="NAME"`` then uses one.
     ``voice_aliases`` maps names clients send (``{"alloy": "grandma"}``) to voices.
+    ``normalize`` is the default of each request's text normalization.
     """
     model_dir = resolve_model_dir(model)
     loader = family_loader(model_dir)
@@ -55,4 +57,6 @@ def load(
 
     store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
     aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
-    return TTS(engine.call(load_on_worker), engine, store, aliases)
+    tts = TTS(engine.call(load_on_worker), engine, store, aliases, normalize)
+    tts.normalizer.preload()
+    return tts

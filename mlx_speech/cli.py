@@ -96,6 +96,13 @@ def _speak_parser(commands) -> None:
     )
     speak.add_argument("--language", default=None, help="language (default: auto)")
     speak.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="pace, 0.25 to 4.0; pitch is kept (default: 1.0)",
+    )
+    _no_normalize_argument(speak, "the text")
+    speak.add_argument(
         "-o",
         "--output",
         default=None,
@@ -121,6 +128,49 @@ def _speak_parser(commands) -> None:
         flag = "--" + name.replace("_", "-")
         speak.add_argument(flag, type=kind, default=None, help=text)
     speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+
+
+def _no_normalize_argument(parser, what: str) -> None:
+    parser.add_argument(
+        "--no-normalize",
+        dest="normalize",
+        action="store_false",
+        help=f"give the model {what} as written: numbers, symbols and dates are "
+        "otherwise read out first (see 'mlx-speech normalize')",
+    )
+
+
+def _normalize_parser(commands) -> None:
+    normalize = commands.add_parser(
+        "normalize",
+        help="print TEXT as the model is given it",
+        description="Print TEXT after text normalization, as the model is given it "
+        "(numbers, money, dates, units and symbols read out; URLs, e-mail addresses, "
+        "file names and versions kept).",
+    )
+    normalize.add_argument("text", metavar="TEXT", help="text; '-' reads standard input")
+    normalize.add_argument(
+        "--language",
+        default="auto",
+        help="en, zh (or any name or code; others get the cleanup only) or auto, "
+        "chosen by script (default: auto)",
+    )
+
+
+def _normalize(args: argparse.Namespace) -> None:
+    from .families.fields import check_text
+    from .normalization import TextNormalizer
+
+    text = _read_text(sys.stdin.buffer) if args.text == "-" else args.text
+    check_text(text)
+    print(TextNormalizer().normalize(text, args.language))
+
+
+def _read_text(stream) -> str:
+    try:
+        return stream.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RuntimeError(f"standard input is not UTF-8 text: {error}") from None
 
 
 def _setting(name: str):
@@ -177,6 +227,7 @@ def _serve_parser(commands) -> None:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     serve.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+    _no_normalize_argument(serve, "each request's text unless it asks otherwise")
     serve.add_argument(
         "--voice-alias",
         action="append",
@@ -264,6 +315,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         allowed_local_media_path=(
             Path(args.allowed_local_media_path) if args.allowed_local_media_path else None
         ),
+        normalize=args.normalize,
     )
 
 
@@ -442,6 +494,8 @@ def _speech_stream(tts, args: argparse.Namespace):
         "ref_text": args.ref_text,
         "instructions": args.instructions,
         "language": args.language,
+        "speed": args.speed,
+        "normalize": args.normalize,
         **{name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
     }
     if args.text == "-":
@@ -512,6 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_parser(commands)
     _speak_parser(commands)
     _voices_parser(commands)
+    _normalize_parser(commands)
     return parser
 
 
@@ -520,7 +575,13 @@ def main(argv: list[str] | None = None) -> int:
         use_fast_blas()
     args = build_parser().parse_args(argv)
     try:
-        {"serve": _serve, "speak": _speak, "voices": _voices}[args.command](args)
+        commands = {
+            "serve": _serve,
+            "speak": _speak,
+            "voices": _voices,
+            "normalize": _normalize,
+        }
+        commands[args.command](args)
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 - one line, never a traceback

@@ -64,9 +64,15 @@ class ModelSlot:
     """The model, loaded in the background so /health can answer meanwhile."""
 
     def __init__(
-        self, model: str, load: Loader, store: VoiceStore, aliases: dict[str, str]
+        self,
+        model: str,
+        load: Loader,
+        store: VoiceStore,
+        aliases: dict[str, str],
+        normalize: bool = True,
     ):
         self.name = model
+        self._normalize = normalize
         self.tts: TTS | None = None
         self.error: Exception | None = None
         # Called (on the loading thread) when loading failed: a server with no
@@ -83,7 +89,9 @@ class ModelSlot:
         log.info("loading %s", self.name)
         started = time.perf_counter()
         try:
-            self.tts = load(self.name, voices_dir=store, voice_aliases=aliases)
+            tts = load(self.name, voices_dir=store, voice_aliases=aliases)
+            tts.normalize = self._normalize
+            self.tts = tts
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
             self.error = error
             log.error("cannot load %s: %s", self.name, error)
@@ -376,7 +384,11 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()
     app.state.slot = ModelSlot(
-        settings.model, load, app.state.store, dict(settings.voice_aliases)
+        settings.model,
+        load,
+        app.state.store,
+        dict(settings.voice_aliases),
+        normalize=settings.normalize,
     )
     return app
 

@@ -35,6 +35,7 @@ class ServerSettings:
     voices_dir: Path | None = None  # None: the per-user default
     voice_aliases: tuple[tuple[str, str], ...] = ()  # (name clients send, voice)
     allowed_local_media_path: Path | None = None  # None: file:// refused
+    normalize: bool = True  # a request's text normalization when it does not say
 
     @property
     def max_body_bytes(self) -> int:

@@ -8,10 +8,15 @@ from typing import Any
 import numpy as np
 
 from .audio import Audio
+from .clip_rules import check_ref_text
+from .errors import InvalidRequest
 from .engine import ChunkStream, Engine
 from .families import SpeechInput, SpeechService
+from .families.fields import check_text
+from .normalization import TextNormalizer
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
+from .time_stretch import StretchedStream, check_speed
 from .voice_store import VoiceStore
 from .voices import resolve_voice
 
@@ -23,11 +28,14 @@ class TTS:
         engine: Engine,
         voice_store: VoiceStore,
         voice_aliases: dict[str, str] | None = None,
+        normalize: bool = True,
     ):
         self._service = service
         self._engine = engine
         self.voice_store = voice_store
         self.voice_aliases = dict(voice_aliases or {})  # name (lower case) → voice
+        self.normalize = normalize  # the default of a request's ``normalize``
+        self.normalizer = TextNormalizer()
 
     @property
     def family(self) -> str:
@@ -46,9 +54,10 @@ class TTS:
     def voices(self) -> list[str]:
         return list(self._service.voices)
 
-    def stats(self) -> dict[str, int]:
-        """The family's counters (e.g. reference cache hits)."""
-        return dict(self._service.stats())
+    def stats(self) -> dict[str, float]:
+        """The family's counters (e.g. reference cache hits) and the text
+        normalizer's (texts, seconds spent, words it could not read)."""
+        return {**self._service.stats(), **self.normalizer.stats()}
 
     def resolve_voice(self, voice: Any) -> Any:
         """``voice`` by the one policy (``mlx_speech.voices``), file paths allowed."""
@@ -68,27 +77,62 @@ class TTS:
         ref_text: str | None = None,
         instructions: str | None = None,
         language: str | None = None,
+        normalize: bool | None = None,
         **sampling: Any,
     ) -> Any:
         """Validate a request (``ValueError``) without running it; returns the
-        family's request, which ``stream`` then runs."""
+        family's request, which ``stream`` then runs. ``normalize`` (default:
+        the TTS's) reads numbers, symbols and dates out and cleans the text
+        (``mlx_speech.normalization``) before the model sees it."""
+        if self._normalizes(normalize):
+            check_text(text)
+            check_ref_text(ref_text)
+            text = self.normalizer.normalize(text, language)
+            if ref_text is not None and ref_text.strip():
+                ref_text = self.normalizer.normalize(ref_text, language)
         asked = SpeechInput(
             text, self.resolve_voice(voice), ref_text, instructions, language, sampling
         )
         return self._service.prepare(asked)
 
-    def stream(self, text: str, voice: Any = None, **options: Any) -> ChunkStream:
+    def check(
+        self, text: str, voice: Any = None, *, speed: float | None = None, **options: Any
+    ) -> tuple[str, ...]:
+        """Validate what ``stream`` takes (``ValueError``) without running it;
+        returns the fields the model ignores."""
+        check_speed(speed)
+        return self.prepare(text, voice, **options).ignored
+
+    def normalized(self, text: str, language: str | None = None) -> str:
+        """``text`` as the model is given it when normalization is on."""
+        check_text(text)
+        return self.normalizer.normalize(text, language)
+
+    def _normalizes(self, normalize: Any) -> bool:
+        if normalize is None:
+            return self.normalize
+        if not isinstance(normalize, bool):
+            raise InvalidRequest("normalize", "normalize must be true or false")
+        return normalize
+
+    def stream(
+        self, text: str, voice: Any = None, *, speed: float | None = None, **options: Any
+    ) -> ChunkStream | StretchedStream:
         """Audio chunks as they are produced; the first is a single codec frame.
 
         Takes the keywords of ``prepare``: ``ref_text``, ``instructions``,
-        ``language`` and the sampling ones. The request is validated here
-        (``ValueError``); generation starts on the first read. ``cancel()``
-        or dropping the iterator stops it.
+        ``language``, ``normalize`` and the sampling ones. ``speed`` (0.25 to
+        4.0) changes the pace, not the pitch (``time_stretch``). The request
+        is validated here (``ValueError``); generation starts on the first
+        read. ``cancel()`` or dropping the iterator stops it.
         """
+        speed = check_speed(speed)
         request = self.prepare(text, voice, **options)
         stream = self._engine.stream(lambda: self._service.synthesize(request))
         stream.ignored = request.ignored
-        return stream
+        if speed == 1.0:
+            return stream
+        return StretchedStream(stream, speed, self.sample_rate)
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
@@ -136,9 +180,9 @@ class TTS:
         call, not a segment."""
         segmenter = TextSegmenter(split)
         resolved = self.resolve_voice(voice)
-        checked = self.prepare("Checking the options.", resolved, **options)
+        ignored = self.check("Checking the options.", resolved, **options)
 
-        def speak(text: str) -> ChunkStream:
+        def speak(text: str) -> ChunkStream | StretchedStream:
             return self.stream(text, resolved, **options)
 
-        return segmenter, speak, checked.ignored
+        return segmenter, speak, ignored

@@ -36,6 +36,17 @@ def _known(language: str) -> str | None:
     return _BY_ALIAS.get(key) or _BY_ALIAS.get(key.split("-", 1)[0])
 
 
+def iso_code(language: Any) -> str | None:
+    """``language`` as its ISO 639-1 code, "auto" for auto (or ``None``
+    given), ``None`` for what the table does not know."""
+    if language is None:
+        return AUTO
+    known = _known(language) if isinstance(language, str) else None
+    if known is None or known == AUTO:
+        return known
+    return LANGUAGES[known][0]
+
+
 def check_language(language: Any, supported: tuple[str, ...] | None, family: str) -> str:
     """``language`` (``None`` is auto) in the family's own spelling; ``supported``
     lists the family's languages, or is ``None`` where it detects the language

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..clip_rules import MAX_REF_TEXT_CHARS
 from ..families.options import SEED_LIMIT
+from ..time_stretch import MAX_SPEED, MIN_SPEED
 from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
 from .batch import MAX_ITEMS
@@ -15,9 +16,7 @@ from .errors import ERROR_TYPES
 from .speech_request import (
     ACCEPTED_REFERENCES,
     MAX_SAMPLE_RATE,
-    MAX_SPEED,
     MIN_SAMPLE_RATE,
-    MIN_SPEED,
     PCM_RATE,
 )
 
@@ -67,7 +66,22 @@ def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
             "maximum": MAX_SAMPLE_RATE,
             "description": f"default: {PCM_RATE} for pcm, else the model's rate",
         },
-        "speed": {"type": "number", "minimum": MIN_SPEED, "maximum": MAX_SPEED},
+        "speed": {
+            "type": "number",
+            "minimum": MIN_SPEED,
+            "maximum": MAX_SPEED,
+            "default": 1.0,
+            "description": "pace; pitch is kept",
+        },
+        "normalize": {
+            "type": "boolean",
+            "description": "read numbers, symbols and dates out (default: the server's)",
+        },
+        "normalization_options": {
+            "type": "object",
+            "description": "Kokoro-FastAPI's; only its normalize is read",
+            "properties": {"normalize": {"type": "boolean"}},
+        },
         "stream": {
             "type": "boolean",
             "description": "without stream_format: true streams SSE, false one "

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import InvalidRequest, shown
 from ..families.options import SamplingOptions, finite_number
 from ..formats import FORMATS, RESPONSE_FORMATS
+from ..time_stretch import check_speed
 from ..voice_store import SavedVoice
 from ..voices import UnknownVoiceName, resolve_voice
 from .errors import ApiError
@@ -21,7 +22,6 @@ from .media import read_local_media
 
 SAMPLING_FIELDS = tuple(option.name for option in dataclasses.fields(SamplingOptions))
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 48000
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
 # OpenAI documents ``pcm`` as 24 kHz; its clients play it at that rate.
 PCM_RATE = 24000
 
@@ -187,18 +187,29 @@ def _sample_rate(body: dict, response_format: str) -> int | None:
     return rate
 
 
-def _speed(body: dict) -> None:
-    speed = body.get("speed")
-    if speed is None:
-        return
+def _speed(body: dict) -> float:
     try:
-        speed = finite_number("speed", speed)
+        return check_speed(body.get("speed"))
     except InvalidRequest as error:
         raise _bad("speed", str(error)) from None
-    if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise _bad("speed", f"speed must be in {MIN_SPEED}..{MAX_SPEED}, got {speed}")
-    if speed != 1.0:
-        raise _bad("speed", "speed other than 1.0 is not supported yet")
+
+
+def _normalize(body: dict) -> bool | None:
+    """``normalize``, or Kokoro-FastAPI's ``normalization_options.normalize``
+    (its finer switches have no counterpart here); ``None``: the server's
+    default."""
+    normalize = body.get("normalize")
+    options = body.get("normalization_options")
+    if options is not None and not isinstance(options, dict):
+        raise _bad("normalization_options", "normalization_options must be an object")
+    if normalize is None and options is not None:
+        normalize = options.get("normalize")
+        name = "normalization_options.normalize"
+    else:
+        name = "normalize"
+    if normalize is not None and not isinstance(normalize, bool):
+        raise _bad(name, f"{name} must be true or false")
+    return normalize
 
 
 def _delivery(body: dict) -> str:
@@ -230,12 +241,13 @@ def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
     voice, ref_text = _voice(body, rules)
     response_format = _format(body, rules.default_format)
     sample_rate = _sample_rate(body, response_format)
-    _speed(body)
     delivery = _delivery(body)
     options = {
         "ref_text": ref_text,
         "instructions": _optional_string(body, "instructions"),
         "language": _optional_string(body, "language"),
+        "normalize": _normalize(body),
+        "speed": _speed(body),
         **{name: body.get(name) for name in SAMPLING_FIELDS},
     }
     return SpeechRequest(text, voice, response_format, sample_rate, delivery, options)

@@ -269,7 +269,7 @@ class SpeechSocket:
         config = parse_socket_config(message, self._rules)
         request = config.request
         try:
-            self._tts.prepare(request.text, request.voice, **request.options)
+            self._tts.check(request.text, request.voice, **request.options)
         except ValueError as error:
             raise ApiError(400, str(error)) from None
         return config

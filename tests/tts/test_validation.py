@@ -32,7 +32,10 @@ from mlx_speech.engine import shared_engine
         ({"max_new_tokens": True}, "max_new_tokens must be an integer"),
         ({"seed": -1}, r"seed must be in 0\.\."),
         ({"seed": 2**63}, r"seed must be in 0\.\."),
-        ({"speed": 1.0}, "unknown option speed; allowed: temperature, top_p, top_k"),
+        ({"pace": 1.0}, "unknown option pace; allowed: temperature, top_p, top_k"),
+        ({"speed": 4.5}, r"speed must be in 0\.25\.\.4\.0, got 4\.5"),
+        ({"speed": "fast"}, "speed must be a finite number"),
+        ({"normalize": "yes"}, "normalize must be true or false"),
         (
             {"voice": "nobody"},
             "unknown voice 'nobody': not a saved voice, and MOSS-TTS-Nano has no",
