@@ -9,8 +9,8 @@ import numpy as np
 
 from .audio import Audio
 from .clip_rules import check_ref_text
-from .errors import InvalidRequest
 from .engine import ChunkStream, Engine
+from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
 from .families.fields import check_text
 from .normalization import TextNormalizer

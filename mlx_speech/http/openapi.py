@@ -8,9 +8,9 @@ from typing import Any
 
 from ..clip_rules import MAX_REF_TEXT_CHARS
 from ..families.options import SEED_LIMIT
-from ..time_stretch import MAX_SPEED, MIN_SPEED
 from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
+from ..time_stretch import MAX_SPEED, MIN_SPEED
 from .batch import MAX_ITEMS
 from .errors import ERROR_TYPES
 from .speech_request import (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequest, shown
-from ..families.options import SamplingOptions, finite_number
+from ..families.options import SamplingOptions
 from ..formats import FORMATS, RESPONSE_FORMATS
 from ..time_stretch import check_speed
 from ..voice_store import SavedVoice

@@ -46,7 +46,9 @@ class TextNormalizer:
         read_in = self.language(cleaned, language)
         if read_in is not None:
             lines = cleaned.split("\n")
-            cleaned = clean_text("\n".join(self._grammars.read(line, read_in) for line in lines))
+            cleaned = clean_text(
+                "\n".join(self._grammars.read(line, read_in) for line in lines)
+            )
         with self._lock:
             self._texts += 1
             self._seconds += time.perf_counter() - started

@@ -84,7 +84,9 @@ _GROUPED = re.compile(r"(?<![\d.,])(\d{1,3}(?:,\d{3})+)(?:\.(\d+))?(?![\d,]|\.\d
 _DECADE = re.compile(r"(?<![\w'’])(\d{2,3}0)s\b")
 _METERS = re.compile(r"(?<![\w.,])(\d+(?:\.\d+)?)\s?m\b(?![.']\w)")
 _NUMBER_SIGN = re.compile(r"(?:\bNo\.|\bno\.|#)\s?(?=\d)")
-_INTERNATIONAL_PHONE = re.compile(r"(?<![\w+])\+(\d{1,3})((?:[\s.-]\(?\d{2,4}\)?){2,4})(?![\w])")
+_INTERNATIONAL_PHONE = re.compile(
+    r"(?<![\w+])\+(\d{1,3})((?:[\s.-]\(?\d{2,4}\)?){2,4})(?![\w])"
+)
 _SYMBOLS = {
     "≥": " greater than or equal to ",
     "≤": " less than or equal to ",

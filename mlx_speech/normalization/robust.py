@@ -33,7 +33,9 @@ _LINE_PREFIX = re.compile(r"^(?:#{1,6}\s+|>\s*|[-*+•]\s+|\d{1,3}[.)]\s+)")
 
 _WIDE_MARKS = "\u3000，。！？；：、（）【】《》「」『』"
 _KEPT_PATTERNS = (
-    re.compile(rf"(?:https?://|www\.)[^\s{CJK}{_WIDE_MARKS}]*[^\s{CJK}{_WIDE_MARKS}.,!?;:'\"]"),
+    re.compile(
+        rf"(?:https?://|www\.)[^\s{CJK}{_WIDE_MARKS}]*[^\s{CJK}{_WIDE_MARKS}.,!?;:'\"]"
+    ),
     re.compile(r"(?<![\w.+-])[\w.%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}(?![\w-])", re.ASCII),
     re.compile(r"(?<![\w@])@\w{1,32}", re.ASCII),
     re.compile(r"(?<![\w#])#(?![\s#\d])[^\s#，。！？；、.,!?;:]+"),
@@ -131,7 +133,9 @@ def _lines_to_sentences(text: str) -> str:
 
 
 _LATIN_LETTER = "A-Za-z\u00c0-\u024f"
-_LATIN_WORD = rf"(?:{_KEPT_MARK}|[{_LATIN_LETTER}][{_LATIN_LETTER}0-9_'’-]*|\d+[A-Za-z][A-Za-z0-9_]*)"
+_LATIN_WORD = (
+    rf"(?:{_KEPT_MARK}|[{_LATIN_LETTER}][{_LATIN_LETTER}0-9_'’-]*|\d+[A-Za-z][A-Za-z0-9_]*)"
+)
 
 
 def _tidy_spaces(text: str) -> str:
@@ -166,7 +170,9 @@ def _labels_to_quotes(text: str) -> str:
 
 def _dashes_and_ellipses(text: str) -> str:
     def sentence_end(match: re.Match[str]) -> str:
-        return _end_mark(text[: match.start()]) + ("" if _wide(text[: match.start()]) else " ")
+        return _end_mark(text[: match.start()]) + (
+            "" if _wide(text[: match.start()]) else " "
+        )
 
     text = re.sub(r" *(?:\.{3,}|…+|(?:\. ){2,}\.) *", sentence_end, text)
     text = re.sub(r" *(?:[—–―]{2,}|-{2,}|[—–―]-|-[—–―]) *", sentence_end, text)

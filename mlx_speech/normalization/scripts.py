@@ -14,7 +14,9 @@ _HAN = re.compile(f"[{HAN}]")
 _KANA = re.compile(f"[{KANA}]")
 _HANGUL = re.compile("[\uac00-\ud7af\u1100-\u11ff]")
 _LATIN = re.compile("[A-Za-z\u00c0-\u024f]")
-_OTHER_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff\u0590-\u06ff\u0900-\u0dff\u0e00-\u0eff]")
+_OTHER_LETTER = re.compile(
+    "[\u0370-\u03ff\u0400-\u04ff\u0590-\u06ff\u0900-\u0dff\u0e00-\u0eff]"
+)
 
 # Full-width punctuation that ends or separates parts of CJK text.
 CJK_PUNCTUATION = "，。！？；：、（）【】《》「」『』〖〗“”‘’…—"

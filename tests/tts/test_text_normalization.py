@@ -40,7 +40,10 @@ ROBUST = [
     ("# Heading\n- item one\n- item two", "Heading.\nitem one.\nitem two."),
     ("1. install\n2. run", "install.\nrun."),
     ("> quoted line", "quoted line."),
-    ("See [the notes](https://example.com/notes)", "See the notes https://example.com/notes."),
+    (
+        "See [the notes](https://example.com/notes)",
+        "See the notes https://example.com/notes.",
+    ),
     ("zero\u200bwidth\u0007 bell", "zerowidth bell."),
     ("Hello , world !", "Hello, world!"),
     ("Ask @fried_rice about #release-notes", "Ask @fried_rice about #release-notes."),
@@ -75,8 +78,11 @@ SEMANTIC = [
     ("It costs $5.", "en", "It costs five dollars."),
     ("Only $1.", "en", "Only one dollar."),
     ("Just $0.99.", "en", "Just ninety nine cents."),
-    ("$1,234.56 was paid.", "en",
-     "one thousand two hundred and thirty four dollars and fifty six cents was paid."),
+    (
+        "$1,234.56 was paid.",
+        "en",
+        "one thousand two hundred and thirty four dollars and fifty six cents was paid.",
+    ),
     ("A $1.2 billion deal.", "en", "A one point two billion dollars deal."),
     ("Pay €20 or £7.25.", "en", "Pay twenty euros or seven pounds and twenty five pence."),
     ("It is ¥100.", "en", "It is one hundred yen."),
@@ -84,7 +90,11 @@ SEMANTIC = [
     ("A loss of -$3.", "en", "A loss of minus three dollars."),
     # percentages, dates, times, years
     ("25% off!", "en", "twenty five percent off!"),
-    ("On Jan. 5, 2024 we met.", "en", "On the fifth of january, twenty twenty four we met."),
+    (
+        "On Jan. 5, 2024 we met.",
+        "en",
+        "On the fifth of january, twenty twenty four we met.",
+    ),
     ("Due 2024-03-05.", "en", "Due the fifth of march twenty twenty four."),
     ("Meet at 10:30 am.", "en", "Meet at ten thirty AM."),
     ("At 7:05 pm.", "en", "At seven o five PM."),
@@ -93,13 +103,24 @@ SEMANTIC = [
     ("The 1990s were fun.", "en", "The nineteen nineties were fun."),
     ("Back in the 80s.", "en", "Back in the eighties."),
     # phone numbers
-    ("Call 555-123-4567.", "en", "Call five five five, one two three, four five six seven."),
-    ("Call +1 555 123 4567.", "en",
-     "Call plus one, five five five, one two three, four five six seven."),
+    (
+        "Call 555-123-4567.",
+        "en",
+        "Call five five five, one two three, four five six seven.",
+    ),
+    (
+        "Call +1 555 123 4567.",
+        "en",
+        "Call plus one, five five five, one two three, four five six seven.",
+    ),
     # units and measures
     ("It weighs 5 kg.", "en", "It weighs five kilograms."),
     ("It is 3.2 km away.", "en", "It is three point two kilometers away."),
-    ("He ran 100m in 9.58s.", "en", "He ran one hundred meters in nine point five eight seconds."),
+    (
+        "He ran 100m in 9.58s.",
+        "en",
+        "He ran one hundred meters in nine point five eight seconds.",
+    ),
     ("Drive 60 mph.", "en", "Drive sixty miles per hour."),
     ("It was -5°C outside.", "en", "It was negative five degrees Celsius outside."),
     ("It's 72°F.", "en", "It's seventy two degrees Fahrenheit."),

@@ -1,0 +1,271 @@
+"""``speed`` and ``normalize`` on every surface: HTTP, WebSocket, Python, CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+from websockets.sync.client import connect
+
+from mlx_speech.server import ServerSettings
+from tests.tts.support.cli import run
+from tests.tts.support.decoding import decode
+from tests.tts.support.server import RunningServer
+
+FRAME = 960  # samples per frame of the tiny codec at 48 kHz
+GREEDY = {"temperature": 0, "max_new_tokens": 20}
+# Sampled, so the codes depend on the text the model is given.
+SAMPLED = {"temperature": 1.0, "seed": 11, "max_new_tokens": 20}
+WRITTEN = "I paid $3.50 on 3/4, 25% off."
+SPOKEN = "I paid three dollars and fifty cents on three quarters, twenty five percent off."
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path_factory.mktemp("options-voices")
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def plain_server(speaking_dir, tmp_path_factory):
+    """A server started with --no-normalize's setting."""
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("plain-voices"),
+        normalize=False,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+def speech(server, **body) -> httpx.Response:
+    body.setdefault("input", "Hello there.")
+    body.setdefault("response_format", "pcm")
+    body.setdefault("sample_rate", 48000)
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def pcm(response: httpx.Response) -> np.ndarray:
+    return np.frombuffer(response.content, "<i2")
+
+
+# speed
+
+
+def test_speed_one_is_bit_identical_to_no_speed(server):
+    assert speech(server, **GREEDY).content == speech(server, speed=1.0, **GREEDY).content
+
+
+@pytest.mark.parametrize("speed", [0.5, 2.0, 4.0])
+def test_speed_scales_the_duration(server, speed):
+    samples = pcm(speech(server, speed=speed, **GREEDY))
+    assert len(samples) == round(20 * FRAME / speed)
+
+
+def test_streamed_speed_equals_buffered(server):
+    streamed = speech(server, speed=1.5, **GREEDY)
+    buffered = speech(server, speed=1.5, stream=False, **GREEDY)
+    assert "content-length" not in streamed.headers
+    assert streamed.content == buffered.content
+
+
+@pytest.mark.parametrize("response_format", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_every_format_carries_stretched_audio(server, response_format):
+    rate = 24000 if response_format == "pcm" else 48000
+    body = {"response_format": response_format, "speed": 2.0, **GREEDY}
+    if response_format == "pcm":
+        body["sample_rate"] = 24000
+    samples, found = decode(speech(server, **body).content, response_format, rate)
+    assert found == rate
+    expected = 20 * FRAME / 2 * rate / 48000
+    slack = {"mp3": 4000, "aac": 3 * 1024}.get(response_format, 0)
+    assert expected <= len(samples) <= expected + slack
+
+
+def test_sse_carries_stretched_audio(server):
+    response = speech(server, speed=2.0, stream=True, **GREEDY)
+    events = [
+        json.loads(line[6:])
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    total = sum(len(base64.b64decode(e["audio"])) for e in events if e.get("audio"))
+    assert total == 2 * round(20 * FRAME / 2)
+
+
+# normalization
+
+
+def test_the_model_is_given_the_normalized_text(server):
+    normalized = pcm(speech(server, input=WRITTEN, **SAMPLED))
+    as_spoken = pcm(speech(server, input=SPOKEN, normalize=False, **SAMPLED))
+    as_written = pcm(speech(server, input=WRITTEN, normalize=False, **SAMPLED))
+    np.testing.assert_array_equal(normalized, as_spoken)
+    assert not np.array_equal(normalized, as_written)
+
+
+def test_kokoro_clients_turn_it_off_their_way(server):
+    kokoro = speech(
+        server, input=WRITTEN, normalization_options={"normalize": False}, **SAMPLED
+    )
+    ours = speech(server, input=WRITTEN, normalize=False, **SAMPLED)
+    assert kokoro.content == ours.content
+
+
+def test_the_server_default_can_be_off(plain_server, server):
+    off = speech(plain_server, input=WRITTEN, **SAMPLED)
+    on_request = speech(plain_server, input=WRITTEN, normalize=True, **SAMPLED)
+    assert off.content == speech(server, input=WRITTEN, normalize=False, **SAMPLED).content
+    assert on_request.content == speech(server, input=WRITTEN, **SAMPLED).content
+
+
+def test_normalization_cost_is_in_metrics(server):
+    def counters():
+        text = httpx.get(f"{server.url}/metrics").text
+        values = dict(
+            line.split(" ") for line in text.splitlines() if not line.startswith("#")
+        )
+        return (
+            float(values["mlx_speech_text_normalizations_total"]),
+            float(values["mlx_speech_text_normalization_seconds_total"]),
+        )
+
+    count, seconds = counters()
+    speech(server, input=WRITTEN, max_new_tokens=2)
+    later_count, later_seconds = counters()
+    assert later_count == count + 1
+    assert later_seconds > seconds
+
+
+# WebSocket
+
+
+def _socket_audio(server, **config) -> bytes:
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        ws.send(json.dumps({"type": "session.config", "response_format": "pcm", **config}))
+        ws.send(
+            json.dumps({"type": "input.text", "text": config.pop("text", "Hello there.")})
+        )
+        ws.send(json.dumps({"type": "input.done"}))
+        audio = b""
+        while True:
+            frame = ws.recv(timeout=120)
+            if isinstance(frame, bytes):
+                audio += frame
+            elif json.loads(frame)["type"] == "session.done":
+                return audio
+            elif json.loads(frame)["type"] == "error":
+                raise AssertionError(frame)
+
+
+def test_socket_config_takes_speed(server):
+    normal = _socket_audio(server, sample_rate=48000, **GREEDY)
+    fast = _socket_audio(server, sample_rate=48000, speed=2.0, **GREEDY)
+    assert len(normal) == 2 * 20 * FRAME
+    assert len(fast) == 2 * round(20 * FRAME / 2)
+    assert fast == speech(server, speed=2.0, **GREEDY).content
+
+
+def test_socket_config_takes_normalize(server):
+    as_written = speech(server, input=WRITTEN, normalize=False, **SAMPLED).content
+    assert (
+        _socket_audio(server, text=WRITTEN, normalize=False, sample_rate=48000, **SAMPLED)
+        == as_written
+    )
+
+
+# Python
+
+
+def test_python_speed_and_normalize(speaking_tts):
+    normal = speaking_tts.speak("Hello there.", **GREEDY)
+    slow = speaking_tts.speak("Hello there.", speed=0.5, **GREEDY)
+    assert len(slow.samples) == 2 * len(normal.samples)
+    chunks = list(speaking_tts.stream("Hello there.", speed=0.5, **GREEDY))
+    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), slow.samples)
+    spoken = speaking_tts.speak(SPOKEN, normalize=False, **SAMPLED)
+    np.testing.assert_array_equal(
+        speaking_tts.speak(WRITTEN, **SAMPLED).samples, spoken.samples
+    )
+    assert speaking_tts.normalized("25% off") == "twenty five percent off."
+
+
+def test_python_text_stream_takes_speed(speaking_tts):
+    stream = speaking_tts.stream_text(
+        iter(["Hello there. ", "Bye now."]), speed=2.0, **GREEDY
+    )
+    total = sum(len(chunk.samples) for chunk in stream)
+    assert total == 2 * round(20 * FRAME / 2)
+
+
+def test_python_refuses_bad_values(speaking_tts):
+    with pytest.raises(ValueError, match="speed must be in"):
+        speaking_tts.stream("Hi.", speed=5)
+    with pytest.raises(ValueError, match="speed must be in"):
+        speaking_tts.stream_text(iter(["Hi."]), speed=0.1)
+    with pytest.raises(ValueError, match="normalize must be true or false"):
+        speaking_tts.speak("Hi.", normalize="no")
+
+
+# CLI
+
+
+def test_cli_normalize_prints_what_the_model_is_given():
+    done = run("normalize", WRITTEN)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == SPOKEN + "\n"
+    chinese = run("normalize", "-", "--language", "zh", stdin="2024年3月5日")
+    assert chinese.stdout == "二零二四年三月五日。\n"
+    kept = run("normalize", "It costs $5", "--language", "de")
+    assert kept.stdout == "It costs $5.\n"
+    empty = run("normalize", "  ")
+    assert empty.returncode == 1 and "text must be a non-empty string" in empty.stderr
+
+
+def test_cli_speak_takes_speed_and_no_normalize(speaking_dir, tmp_path):
+    out = tmp_path / "fast.wav"
+    done = run(
+        "speak",
+        "Hello there.",
+        "--model",
+        str(speaking_dir),
+        "-o",
+        str(out),
+        "--speed",
+        "2",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "20",
+    )
+    assert done.returncode == 0, done.stderr
+    assert soundfile.info(str(out)).frames == round(20 * FRAME / 2)
+    plain = tmp_path / "plain.wav"
+    written = tmp_path / "written.wav"
+    flags = [
+        "--model",
+        str(speaking_dir),
+        "--temperature",
+        "1",
+        "--seed",
+        "11",
+        "--max-new-tokens",
+        "20",
+    ]
+    assert run("speak", SPOKEN, "-o", str(plain), "--no-normalize", *flags).returncode == 0
+    assert run("speak", WRITTEN, "-o", str(written), *flags).returncode == 0
+    np.testing.assert_array_equal(
+        soundfile.read(str(plain))[0], soundfile.read(str(written))[0]
+    )
+    bad = run("speak", "Hi.", "--model", str(speaking_dir), "--speed", "9")
+    assert bad.returncode == 1 and "speed must be in 0.25..4.0" in bad.stderr
