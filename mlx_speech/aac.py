@@ -7,7 +7,7 @@ from __future__ import annotations
 import av
 import numpy as np
 
-# Mono speech: FFmpeg's encoder is transparent enough at these rates.
+# Speech, per channel: FFmpeg's encoder is transparent enough at these rates.
 LOW_RATE_BITRATE, HIGH_RATE_BITRATE = 64_000, 96_000
 RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 
@@ -32,20 +32,23 @@ class AacEncoder:
     """``encode(samples)`` per chunk, then ``finish()``; the bytes returned,
     concatenated, are one ADTS stream."""
 
-    def __init__(self, sample_rate: int):
+    def __init__(self, sample_rate: int, channels: int = 1):
         self._sink = _Collected()
         self._container = av.open(self._sink, "w", format="adts")
-        self._stream = self._container.add_stream("aac", rate=sample_rate, layout="mono")
+        self._layout = "mono" if channels == 1 else "stereo"
+        self._stream = self._container.add_stream(
+            "aac", rate=sample_rate, layout=self._layout
+        )
         low = sample_rate <= 24000
-        self._stream.bit_rate = LOW_RATE_BITRATE if low else HIGH_RATE_BITRATE
+        self._stream.bit_rate = (LOW_RATE_BITRATE if low else HIGH_RATE_BITRATE) * channels
         self._sample_rate = sample_rate
 
     def encode(self, samples: np.ndarray) -> bytes:
+        """``samples``: ``[samples]`` or ``[samples, channels]``."""
         if len(samples):
+            interleaved = np.ascontiguousarray(samples, dtype=np.float32).reshape(1, -1)
             frame = av.AudioFrame.from_ndarray(
-                np.ascontiguousarray(samples, dtype=np.float32)[None, :],
-                format="flt",
-                layout="mono",
+                interleaved, format="flt", layout=self._layout
             )
             frame.sample_rate = self._sample_rate
             self._mux(frame)
@@ -62,5 +65,5 @@ class AacEncoder:
 
 
 def encode_aac(samples: np.ndarray, sample_rate: int) -> bytes:
-    encoder = AacEncoder(sample_rate)
+    encoder = AacEncoder(sample_rate, 1 if samples.ndim == 1 else samples.shape[1])
     return encoder.encode(samples) + encoder.finish()

@@ -12,10 +12,15 @@ from .formats import encode_whole, format_for_path
 
 @dataclass(frozen=True)
 class Audio:
-    """Mono float32 samples at ``sample_rate``."""
+    """Float32 samples at ``sample_rate``: ``[samples]`` (mono, the default)
+    or ``[samples, channels]``."""
 
     samples: np.ndarray
     sample_rate: int
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.samples.ndim == 1 else self.samples.shape[1]
 
     @property
     def duration(self) -> float:

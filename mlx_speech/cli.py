@@ -101,6 +101,14 @@ def _speak_parser(commands) -> None:
         default=None,
         help="pace, 0.25 to 4.0; pitch is kept (default: 1.0)",
     )
+    speak.add_argument(
+        "--channels",
+        type=int,
+        default=None,
+        choices=[1, 2],
+        help="2: a stereo model's own channels (MOSS-TTS-Nano) instead of a mono mix "
+        "(default: 1)",
+    )
     _no_normalize_argument(speak, "the text")
     speak.add_argument(
         "-o",
@@ -495,6 +503,7 @@ def _speech_stream(tts, args: argparse.Namespace):
         "instructions": args.instructions,
         "language": args.language,
         "speed": args.speed,
+        "channels": args.channels,
         "normalize": args.normalize,
         **{name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
     }
@@ -528,7 +537,7 @@ def _speak(args: argparse.Namespace) -> None:
         if not Path(output).absolute().parent.is_dir():
             raise RuntimeError(f"cannot write {output}: its directory does not exist")
     tts = mlx_speech.load(args.model or DEFAULT_MODEL, voices_dir=args.voices_dir)
-    player = Player(tts.sample_rate) if args.play else None
+    player = Player(tts.sample_rate, args.channels or 1) if args.play else None
     started = time.perf_counter()
     first_audio = None
     chunks = []

@@ -14,7 +14,8 @@ class Player:
     """``write`` blocks while the device plays, so a stream read through it
     is read at the pace it is heard."""
 
-    def __init__(self, sample_rate: int):
+    def __init__(self, sample_rate: int, channels: int = 1):
+        self._channels = channels
         try:
             import sounddevice
         except ImportError:
@@ -29,14 +30,15 @@ class Player:
             ) from None
         try:
             self._stream = sounddevice.OutputStream(
-                samplerate=sample_rate, channels=1, dtype="float32"
+                samplerate=sample_rate, channels=channels, dtype="float32"
             )
             self._stream.start()
         except sounddevice.PortAudioError as error:
             raise PlaybackUnavailable(f"cannot play: {error} (no output device?)") from None
 
     def write(self, samples: np.ndarray) -> None:
-        self._stream.write(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1, 1))
+        frames = np.ascontiguousarray(samples, dtype=np.float32)
+        self._stream.write(frames.reshape(-1, self._channels))
 
     def close(self) -> None:
         self._stream.stop()  # waits for what was written to be heard

@@ -46,6 +46,12 @@ class TTS:
         return self._service.sample_rate
 
     @property
+    def channels(self) -> int:
+        """The model's own channel count (``channels=`` may ask for it; 1 is
+        the default)."""
+        return self._service.channels
+
+    @property
     def streaming(self) -> str:
         """ "incremental" (chunks as frames are generated) or "buffered"."""
         return self._service.streaming
@@ -78,12 +84,15 @@ class TTS:
         instructions: str | None = None,
         language: str | None = None,
         normalize: bool | None = None,
+        channels: int | None = None,
         **sampling: Any,
     ) -> Any:
         """Validate a request (``ValueError``) without running it; returns the
         family's request, which ``stream`` then runs. ``normalize`` (default:
         the TTS's) reads numbers, symbols and dates out and cleans the text
-        (``mlx_speech.normalization``) before the model sees it."""
+        (``mlx_speech.normalization``) before the model sees it. ``channels``
+        2 asks for a stereo model's own channels (``channels``) instead of
+        their mono mix; chunks are then ``[samples, 2]``."""
         if self._normalizes(normalize):
             check_text(text)
             check_ref_text(ref_text)
@@ -91,7 +100,13 @@ class TTS:
             if ref_text is not None and ref_text.strip():
                 ref_text = self.normalizer.normalize(ref_text, language)
         asked = SpeechInput(
-            text, self.resolve_voice(voice), ref_text, instructions, language, sampling
+            text,
+            self.resolve_voice(voice),
+            ref_text,
+            instructions,
+            language,
+            sampling,
+            channels,
         )
         return self._service.prepare(asked)
 
@@ -121,7 +136,7 @@ class TTS:
         """Audio chunks as they are produced; the first is a single codec frame.
 
         Takes the keywords of ``prepare``: ``ref_text``, ``instructions``,
-        ``language``, ``normalize`` and the sampling ones. ``speed`` (0.25 to
+        ``language``, ``normalize``, ``channels`` and the sampling ones. ``speed`` (0.25 to
         4.0) changes the pace, not the pitch (``time_stretch``). The request
         is validated here (``ValueError``); generation starts on the first
         read. ``cancel()`` or dropping the iterator stops it.

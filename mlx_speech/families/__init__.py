@@ -20,6 +20,7 @@ class SpeechService:
 
     name: str  # the family, e.g. "moss_tts_nano"
     sample_rate: int  # of the audio it yields
+    channels: int = 1  # the model's own; a request may ask for them or for mono
     voices: tuple[str, ...] = ()  # preset voice names
     voice_hint: str  # what to pass instead of an unknown voice name
     # "incremental": chunks come as frames are generated; "buffered": the audio

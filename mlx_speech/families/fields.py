@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clip_rules import check_ref_text, check_unicode
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, shown
 
 
 def check_text(text: Any) -> None:
@@ -25,6 +25,19 @@ def check_instructions(instructions: Any) -> None:
         check_unicode("instructions", instructions)
 
 
+def check_channels(channels: Any, native: int, family: str) -> int:
+    """``channels`` (``None`` is mono) where the family has them: 1, or the
+    model's native count."""
+    if channels is None:
+        return 1
+    if isinstance(channels, bool) or channels not in (1, native):
+        offered = "1 (mono)" if native == 1 else f"1 (mono) or {native} (the model's own)"
+        raise InvalidRequest(
+            "channels", f"{family} gives channels {offered}; got {shown(channels)}"
+        )
+    return int(channels)
+
+
 @dataclass(frozen=True)
 class SpeechInput:
     """One request as a family's ``prepare`` receives it: text, instructions
@@ -37,6 +50,7 @@ class SpeechInput:
     instructions: str | None = None
     language: Any = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    channels: Any = None  # the family checks it (``check_channels``)
 
     def __post_init__(self) -> None:
         check_text(self.text)

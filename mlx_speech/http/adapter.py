@@ -63,6 +63,7 @@ class AudioResponse:
         self._first_audio_at: float | None = None
         self._started = False  # the response's headers went out
         self._encoder: StreamEncoder | None = None
+        self._channels = 1  # of the audio, known from its first chunk
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         try:
@@ -150,7 +151,7 @@ class AudioResponse:
             "content-type": content_type,
             "cache-control": "no-cache",
             "x-audio-sample-rate": str(self._delivery.output_rate),
-            "x-audio-channels": "1",
+            "x-audio-channels": str(self._channels),
             **extra,
         }
         if self._delivery.response_format == "pcm":
@@ -173,6 +174,8 @@ class AudioResponse:
             await self._send_error(scope, send, error)
             return
         started = time.perf_counter()
+        if first is not None:
+            self._channels = first.channels
         mode = self._delivery.mode
         if mode == "audio":
             await self._stream_audio(send, first)
@@ -189,7 +192,7 @@ class AudioResponse:
         await response(scope, None, send)
 
     async def _stream_audio(self, send: Callable, first: Any) -> None:
-        encoder = StreamEncoder(self._delivery.response_format, self._delivery.output_rate)
+        encoder = self._stream_encoder()
         self._encoder = encoder
         await self._start(send, FORMATS[encoder.response_format].content_type, {})
         await self._send(send, encoder.start())
@@ -197,6 +200,10 @@ class AudioResponse:
             await self._send(send, encoder.encode(samples))
         await self._send(send, encoder.finish())
         await self._send(send, b"", more=False)
+
+    def _stream_encoder(self) -> StreamEncoder:
+        delivery = self._delivery
+        return StreamEncoder(delivery.response_format, delivery.output_rate, self._channels)
 
     async def _send_buffered(self, send: Callable, first: Any) -> None:
         parts = [samples async for samples in self._pcm(first)]
@@ -212,7 +219,7 @@ class AudioResponse:
         await self._send(send, f"data: {json.dumps(event)}\n\n".encode())
 
     async def _stream_events(self, send: Callable, first: Any) -> None:
-        encoder = StreamEncoder(self._delivery.response_format, self._delivery.output_rate)
+        encoder = self._stream_encoder()
         await self._start(send, "text/event-stream", {})
 
         async def delta(data: bytes) -> None:

@@ -16,9 +16,12 @@ _SF_BITRATE_MODE_CONSTANT = 0
 _UNKNOWN_SIZE = 0xFFFFFFFF
 
 
-def streaming_wav_header(sample_rate: int) -> bytes:
-    """A PCM16 mono WAV header whose sizes say "unknown, read to the end"."""
-    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, 2 * sample_rate, 2, 16)
+def streaming_wav_header(sample_rate: int, channels: int = 1) -> bytes:
+    """A PCM16 WAV header whose sizes say "unknown, read to the end"."""
+    frame_bytes = 2 * channels
+    fmt = struct.pack(
+        "<HHIIHH", 1, channels, sample_rate, frame_bytes * sample_rate, frame_bytes, 16
+    )
     return (
         b"RIFF"
         + struct.pack("<I", _UNKNOWN_SIZE)
@@ -74,20 +77,21 @@ class StreamEncoder:
     returned bytes, concatenated, are one continuous file. A format that
     cannot stream (``AudioFormat.streams``) comes whole from ``finish()``."""
 
-    def __init__(self, response_format: str, sample_rate: int):
+    def __init__(self, response_format: str, sample_rate: int, channels: int = 1):
         self.response_format = response_format
         self.sample_rate = sample_rate
+        self.channels = channels
         self._format = FORMATS[response_format]
         self._file: soundfile.SoundFile | None = None
         self._aac: AacEncoder | None = None
         self._held: list[np.ndarray] = []
         self._sink = _ForwardSink()
         if response_format == "aac":
-            self._aac = AacEncoder(sample_rate)
+            self._aac = AacEncoder(sample_rate, channels)
         elif self._format.streams and self._format.soundfile and response_format != "wav":
             container, subtype = self._format.soundfile
             self._file = soundfile.SoundFile(
-                self._sink, "w", sample_rate, 1, format=container, subtype=subtype
+                self._sink, "w", sample_rate, channels, format=container, subtype=subtype
             )
             if response_format == "mp3":
                 self._constant_bitrate()
@@ -102,7 +106,7 @@ class StreamEncoder:
 
     def start(self) -> bytes:
         if self.response_format == "wav":
-            return streaming_wav_header(self.sample_rate)
+            return streaming_wav_header(self.sample_rate, self.channels)
         return self._sink.take()
 
     def encode(self, samples: np.ndarray) -> bytes:
@@ -119,7 +123,11 @@ class StreamEncoder:
 
     def finish(self) -> bytes:
         if not self._format.streams:
-            held = np.concatenate(self._held) if self._held else np.zeros(0, np.float32)
+            held = (
+                np.concatenate(self._held)
+                if self._held
+                else np.zeros((0, self.channels) if self.channels > 1 else 0, np.float32)
+            )
             return encode_whole(held, self.sample_rate, self.response_format)
         if self._aac is not None:
             return self._aac.finish()

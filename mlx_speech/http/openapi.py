@@ -73,6 +73,12 @@ def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
             "default": 1.0,
             "description": "pace; pitch is kept",
         },
+        "channels": {
+            "type": "integer",
+            "enum": [1, 2],
+            "default": 1,
+            "description": "2: the model's own stereo (MOSS-TTS-Nano), not a mono mix",
+        },
         "normalize": {
             "type": "boolean",
             "description": "read numbers, symbols and dates out (default: the server's)",

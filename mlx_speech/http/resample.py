@@ -12,7 +12,8 @@ KAISER_BETA = 8.6
 
 
 class StreamingResampler:
-    """Resample a mono float32 stream from ``rate_in`` to ``rate_out``.
+    """Resample a float32 stream (``[samples]`` or ``[samples, channels]``)
+    from ``rate_in`` to ``rate_out``.
 
     Output n is the FIR-filtered, zero-stuffed input evaluated at upsampled
     position n·down; the filter is centred, so output is aligned with input
@@ -41,9 +42,12 @@ class StreamingResampler:
         return self._up == self._down
 
     def process(self, samples: np.ndarray) -> np.ndarray:
-        if self.passthrough:
-            return samples
         samples = np.asarray(samples, dtype=np.float32)
+        if self._received == 0 and samples.ndim == 2:
+            self._history = np.zeros((0, samples.shape[1]), np.float32)
+        if self.passthrough:
+            self._received += len(samples)
+            return samples
         self._history = np.concatenate([self._history, samples])
         self._received += len(samples)
         # Output n needs inputs up to (n·down + delay) // up.
@@ -52,24 +56,25 @@ class StreamingResampler:
 
     def flush(self) -> np.ndarray:
         if self.passthrough:
-            return np.zeros(0, dtype=np.float32)
+            return self._history[:0]
         total = math.ceil(self._received * self._up / self._down)
-        self._history = np.concatenate([self._history, np.zeros(self._span, np.float32)])
+        silence = np.zeros((self._span, *self._history.shape[1:]), np.float32)
+        self._history = np.concatenate([self._history, silence])
         return self._emit(total)
 
     def _emit(self, until: int) -> np.ndarray:
         outputs = np.arange(self._produced, until)
         if len(outputs) == 0:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros((0, *self._history.shape[1:]), dtype=np.float32)
         position = outputs * self._down + self._delay
         newest = position // self._up
         inputs = newest[:, None] - np.arange(self._span)[None, :]
         taps = position[:, None] - inputs * self._up
         usable = (taps >= 0) & (taps < len(self._fir)) & (inputs >= 0)
         offsets = np.clip(inputs - self._history_start, 0, len(self._history) - 1)
-        values = np.where(usable, self._history[offsets], 0.0)
         weights = np.where(usable, self._fir[np.clip(taps, 0, len(self._fir) - 1)], 0.0)
-        result = np.einsum("ij,ij->i", values, weights).astype(np.float32)
+        values = self._history[offsets]  # [outputs, span] or [outputs, span, channels]
+        result = np.einsum("ij...,ij->i...", values, weights).astype(np.float32)
         self._produced = until
         self._forget(until)
         return result

@@ -248,6 +248,7 @@ def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
         "language": _optional_string(body, "language"),
         "normalize": _normalize(body),
         "speed": _speed(body),
+        "channels": body.get("channels"),  # the family checks it
         **{name: body.get(name) for name in SAMPLING_FIELDS},
     }
     return SpeechRequest(text, voice, response_format, sample_rate, delivery, options)

@@ -394,7 +394,7 @@ class SpeechSocket:
             "sentence_text": event.text,
             "format": config.request.response_format,
             "sample_rate": audio.rate,
-            "channels": 1,
+            "channels": config.request.options.get("channels") or 1,
         }
 
     async def _send_audio(self, data: bytes) -> int:

@@ -1,8 +1,10 @@
-"""``speed`` and ``normalize`` on every surface: HTTP, WebSocket, Python, CLI."""
+"""``speed``, ``normalize`` and ``channels`` on every surface: HTTP,
+WebSocket, Python, CLI."""
 
 from __future__ import annotations
 
 import base64
+import io
 import json
 
 import httpx
@@ -13,7 +15,7 @@ from websockets.sync.client import connect
 
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
-from tests.tts.support.decoding import decode
+from tests.tts.support.decoding import decode, decode_channels
 from tests.tts.support.server import RunningServer
 
 FRAME = 960  # samples per frame of the tiny codec at 48 kHz
@@ -269,3 +271,90 @@ def test_cli_speak_takes_speed_and_no_normalize(speaking_dir, tmp_path):
     )
     bad = run("speak", "Hi.", "--model", str(speaking_dir), "--speed", "9")
     assert bad.returncode == 1 and "speed must be in 0.25..4.0" in bad.stderr
+
+
+# channels
+
+
+def test_python_gives_the_codec_channels(speaking_tts):
+    assert speaking_tts.channels == 2
+    mono = speaking_tts.speak("Hello there.", **GREEDY)
+    stereo = speaking_tts.speak("Hello there.", channels=2, **GREEDY)
+    assert stereo.samples.shape == (len(mono.samples), 2) and stereo.channels == 2
+    np.testing.assert_array_equal(
+        stereo.samples.mean(axis=1, dtype=np.float32), mono.samples
+    )
+    assert not np.array_equal(stereo.samples[:, 0], stereo.samples[:, 1])
+    chunks = list(speaking_tts.stream("Hello there.", channels=2, **GREEDY))
+    np.testing.assert_array_equal(
+        np.concatenate([c.samples for c in chunks]), stereo.samples
+    )
+    fast = speaking_tts.speak("Hello there.", channels=2, speed=2.0, **GREEDY)
+    assert fast.samples.shape == (round(len(mono.samples) / 2), 2)
+    with pytest.raises(ValueError, match=r"channels 1 \(mono\) or 2"):
+        speaking_tts.speak("Hello there.", channels=3)
+    with pytest.raises(ValueError, match="channels"):
+        speaking_tts.speak("Hello there.", channels=True)
+
+
+def test_mono_families_refuse_stereo(qwen3_tts, voxcpm2_tts):
+    assert qwen3_tts["custom_voice"].channels == 1
+    with pytest.raises(ValueError, match=r"Qwen3-TTS gives channels 1 \(mono\); got 2"):
+        qwen3_tts["custom_voice"].stream("Hi.", voice="ryan", channels=2)
+    with pytest.raises(ValueError, match=r"VoxCPM2 gives channels 1 \(mono\); got 2"):
+        voxcpm2_tts.stream("Hi.", channels=2)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "buffered"])
+@pytest.mark.parametrize("response_format", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_every_format_carries_two_channels(server, response_format, stream):
+    body = {"response_format": response_format, "channels": 2, **GREEDY}
+    if not stream:
+        body["stream"] = False
+    response = speech(server, **body)
+    assert response.headers["x-audio-channels"] == "2"
+    samples, rate = decode_channels(response.content, response_format, 2, 48000)
+    assert rate == 48000
+    slack = {"mp3": 4000, "aac": 3 * 1024}.get(response_format, 0)
+    assert 20 * FRAME <= len(samples) <= 20 * FRAME + slack
+    if response_format in ("wav", "flac", "pcm"):
+        mono = decode(
+            speech(server, response_format=response_format, **GREEDY).content,
+            response_format,
+            48000,
+        )[0]
+        unclipped = np.all(np.abs(samples) < 0.999, axis=1)  # 16 bits clip each channel
+        np.testing.assert_allclose(
+            samples.mean(axis=1)[unclipped], mono[unclipped], atol=1 / 32768
+        )
+
+
+def test_resampled_stereo_pcm(server):
+    response = speech(server, channels=2, sample_rate=24000, speed=1.5, **GREEDY)
+    assert len(response.content) == 2 * 2 * round(round(20 * FRAME / 1.5) / 2)
+
+
+def test_socket_config_takes_channels(server):
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        config = {
+            "type": "session.config",
+            "response_format": "wav",
+            "channels": 2,
+            **GREEDY,
+        }
+        ws.send(json.dumps(config))
+        ws.send(json.dumps({"type": "input.text", "text": "Hello there."}))
+        ws.send(json.dumps({"type": "input.done"}))
+        start = json.loads(ws.recv(timeout=120))
+        body = ws.recv(timeout=120)
+    assert start["type"] == "audio.start" and start["channels"] == 2
+    assert soundfile.info(io.BytesIO(body)).channels == 2
+
+
+def test_cli_speak_takes_channels(speaking_dir, tmp_path):
+    out = tmp_path / "stereo.flac"
+    flags = ["--model", str(speaking_dir), "--temperature", "0", "--max-new-tokens", "20"]
+    done = run("speak", "Hello there.", "-o", str(out), "--channels", "2", *flags)
+    assert done.returncode == 0, done.stderr
+    assert soundfile.info(str(out)).channels == 2

@@ -15,7 +15,7 @@ from mlx_audio.tts.models.moss_tts_nano import Model
 
 from ...engine.batching import DeferredOutput
 from ..chunks import finite_audio
-from .codec import DecoderState, decode_together, mono
+from .codec import DecoderState, decode_together, with_channels
 from .loop import FrameJob, step
 from .row_products import RowProducts
 
@@ -75,9 +75,10 @@ class CodecBatch:
                 for *_, chunk in group:
                     chunk.fail(error)
                 continue
-            for (*_, chunk), samples in zip(group, audio, strict=True):
+            for (state, _, chunk), samples in zip(group, audio, strict=True):
                 try:
-                    chunk.resolve(finite_audio(mono(samples), self._sample_rate))
+                    audio_out = with_channels(samples, state.channels)
+                    chunk.resolve(finite_audio(audio_out, self._sample_rate))
                 except Exception as error:  # noqa: BLE001 - only that request fails
                     chunk.fail(error)
         return []

@@ -44,7 +44,8 @@ class DecoderState:
     """One request's place in the codec decoder: the attention history of
     every transformer layer, across all its segments."""
 
-    def __init__(self, codec: MossAudioTokenizer):
+    def __init__(self, codec: MossAudioTokenizer, channels: int = 1):
+        self.channels = channels  # of the audio handed out: 1 is a downmix
         self.caches = [
             stage.make_step_cache() if isinstance(stage, ProjectedTransformer) else None
             for stage in codec.decoder
@@ -91,9 +92,11 @@ def encode(codec: MossAudioTokenizer, samples: np.ndarray, n_vq: int) -> np.ndar
     return np.asarray(codes[:, 0, : int(code_lengths[0])].T, dtype=np.int32)
 
 
-def mono(audio: mx.array) -> np.ndarray:
-    """Evaluated ``[samples, channels]`` audio → mono float32."""
-    return np.asarray(audio, dtype=np.float32).mean(axis=1, dtype=np.float32)
+def with_channels(audio: mx.array, channels: int) -> np.ndarray:
+    """Evaluated ``[samples, codec channels]`` audio → float32 ``[samples]``
+    (``channels`` 1: their mean) or as decoded."""
+    samples = np.asarray(audio, dtype=np.float32)
+    return samples.mean(axis=1, dtype=np.float32) if channels == 1 else samples
 
 
 def _spans(lengths: list[int]) -> list[tuple[int, int]]:

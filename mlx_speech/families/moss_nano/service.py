@@ -30,6 +30,7 @@ from ...errors import ModelLoadError
 from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
+from ..fields import check_channels
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import load_reference
@@ -70,6 +71,7 @@ class MossNanoRequest:
     sampling: FrameSampling
     seed: int
     ignored: tuple[str, ...] = ()  # fields accepted but unused
+    channels: int = 1  # 1: downmixed; the codec's count: as decoded
 
 
 class MossNanoService(SpeechService):
@@ -107,6 +109,7 @@ class MossNanoService(SpeechService):
         self._saved_voice_hits = 0
         self._code_writer = ThreadPoolExecutor(1, thread_name_prefix="mlx-speech-codes")
         self.sample_rate = int(codec.sample_rate)
+        self.channels = int(codec.channels)
         self.samples_per_frame = samples_per_frame(codec)
 
     def stats(self) -> dict[str, int]:
@@ -124,6 +127,7 @@ class MossNanoService(SpeechService):
         clients send ``instructions`` (for gpt-4o-mini-tts); the model has no
         input for them, so they are ignored, and the request says so."""
         check_language(asked.language, None, "MOSS-TTS-Nano")
+        channels = check_channels(asked.channels, self.channels, "MOSS-TTS-Nano")
         options = parse_sampling(asked.sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
             self._model.tokenizer,
@@ -136,6 +140,7 @@ class MossNanoService(SpeechService):
             sampling=_frame_sampling(options),
             seed=options.seed,
             ignored=("instructions",) if asked.instructions is not None else (),
+            channels=channels,
         )
 
     def _reference(self, voice: Any) -> Reference | None:
@@ -171,7 +176,7 @@ class MossNanoService(SpeechService):
         if request.reference is not None:
             codes = self._reference_codes(request.reference)
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
-        decoder = DecoderState(self._codec)
+        decoder = DecoderState(self._codec, request.channels)
         schedule = ChunkSchedule()
         gathered: list[mx.array] = []
         chunk: DeferredOutput | None = None

@@ -24,6 +24,7 @@ from ...voice_store import SavedVoice
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
+from ..fields import check_channels
 from ..global_random import GlobalRandomKey
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
@@ -75,6 +76,7 @@ class Qwen3Service(SpeechService):
     # Caller's thread: nothing here touches MLX.
     def prepare(self, asked: SpeechInput) -> Qwen3Request:
         text, instructions = asked.text, asked.instructions
+        check_channels(asked.channels, 1, "Qwen3-TTS")
         options = parse_sampling(asked.sampling, self._defaults, MAX_FRAMES)
         speaker, reference, ref_text = self._voice(asked.voice, asked.ref_text)
         self._check_instructions(instructions)
@@ -117,8 +119,11 @@ class Qwen3Service(SpeechService):
             raise InvalidRequest(
                 "voice",
                 f"this Qwen3-TTS {self.kind} checkpoint cannot clone a reference clip; "
-                + ("pick a preset voice" if self.voices else "describe the voice in "
-                   "instructions"),
+                + (
+                    "pick a preset voice"
+                    if self.voices
+                    else "describe the voice in instructions"
+                ),
             )
         if not self._can_clone:
             raise InvalidRequest(

@@ -23,6 +23,7 @@ from ...errors import InvalidRequest, ModelLoadError
 from .. import SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
+from ..fields import check_channels
 from ..global_random import GlobalRandomKey
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
@@ -61,8 +62,10 @@ class VoxCPM2Service(SpeechService):
         self._samples_per_frame = vae.decode_chunk_size  # per latent frame
         self._reach = decoder_reach(vae, self._samples_per_frame)
         # One encoder patch, counted at the output rate (references arrive at it).
-        self._reference_hop = model.patch_size * vae.chunk_size * (
-            self.sample_rate // model._encode_sample_rate
+        self._reference_hop = (
+            model.patch_size
+            * vae.chunk_size
+            * (self.sample_rate // model._encode_sample_rate)
         )
 
     # Caller's thread: nothing here touches MLX.
@@ -71,6 +74,7 @@ class VoxCPM2Service(SpeechService):
         if asked.instructions is not None:
             text = f"({asked.instructions}){text}"
         check_language(asked.language, None, "VoxCPM2")
+        check_channels(asked.channels, 1, "VoxCPM2")
         for name in NOT_APPLICABLE:
             if asked.sampling.get(name) is not None:
                 raise InvalidRequest(
