@@ -116,7 +116,8 @@ class TTS:
         """Validate what ``stream`` takes (``ValueError``) without running it;
         returns the fields the model ignores."""
         check_speed(speed)
-        return self.prepare(text, voice, **options).ignored
+        self._normalizes(options.pop("normalize", None))  # checked, not run
+        return self.prepare(text, voice, normalize=False, **options).ignored
 
     def normalized(self, text: str, language: str | None = None) -> str:
         """``text`` as the model is given it when normalization is on."""
