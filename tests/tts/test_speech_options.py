@@ -358,3 +358,17 @@ def test_cli_speak_takes_channels(speaking_dir, tmp_path):
     done = run("speak", "Hello there.", "-o", str(out), "--channels", "2", *flags)
     assert done.returncode == 0, done.stderr
     assert soundfile.info(str(out)).channels == 2
+
+
+def test_every_family_takes_speed(qwen3_tts, voxcpm2_tts):
+    speakers = [
+        (qwen3_tts["custom_voice"], {"voice": "ryan", "max_new_tokens": 8}),
+        (voxcpm2_tts, {"max_new_tokens": 4}),
+    ]
+    for tts, options in speakers:
+        normal = tts.speak("Hello there.", seed=2, **options)
+        fast = tts.speak("Hello there.", seed=2, speed=2.0, **options)
+        assert len(fast.samples) == round(len(normal.samples) / 2)
+        normalized = tts.speak("It costs $5.", seed=2, **options)
+        spoken = tts.speak("It costs five dollars.", seed=2, normalize=False, **options)
+        np.testing.assert_array_equal(normalized.samples, spoken.samples)
