@@ -253,3 +253,16 @@ def test_threads_share_one_normalizer(normalizer):
     assert set(results) == {
         "I paid three dollars and fifty cents on three quarters, twenty five percent off."
     }
+
+
+def test_long_text_is_read_a_sentence_at_a_time(normalizer):
+    assert normalizer.normalize("Then it costs $5. " * 60, "en") == " ".join(
+        ["Then it costs five dollars."] * 60
+    )
+    unbroken = "and 5 more " * 60  # no sentence marks: cut at spaces
+    assert normalizer.normalize(unbroken, "en") == ("and five more " * 60).strip() + "."
+    # a short word before a period does not end a sentence for the grammars
+    assert (
+        normalizer.normalize("Dr. Smith paid $3.", "en")
+        == "doctor Smith paid three dollars."
+    )
