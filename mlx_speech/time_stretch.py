@@ -92,10 +92,10 @@ class TimeStretch:
         done = []
         while True:
             nominal = round(self._frames * self._hop * self.speed)
-            needed = max(nominal + self._tolerance, self._previous + self._hop)
-            if self._frames and needed + self._frame > available:
-                break
-            if not self._frames and self._frame > available:
+            # the first frame is taken at 0; a later one reads the template
+            # after the previous frame and the candidates around ``nominal``
+            reach = max(nominal + self._tolerance, self._previous + self._hop)
+            if (reach if self._frames else 0) + self._frame > available:
                 break
             position = self._best_position(nominal) if self._frames else 0
             frame = self._slice(position)

@@ -121,6 +121,14 @@ def test_kokoro_clients_turn_it_off_their_way(server):
     )
     ours = speech(server, input=WRITTEN, normalize=False, **SAMPLED)
     assert kokoro.content == ours.content
+    both = speech(
+        server,
+        input=WRITTEN,
+        normalize=True,
+        normalization_options={"normalize": False},
+        **SAMPLED,
+    )
+    assert both.content == speech(server, input=WRITTEN, **SAMPLED).content  # ours wins
 
 
 def test_the_server_default_can_be_off(plain_server, server):
