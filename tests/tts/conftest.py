@@ -40,6 +40,23 @@ def stopping_tts(stopping_dir) -> mlx_speech.TTS:
 
 
 @pytest.fixture(scope="session")
+def exact_speaking_tts(speaking_dir) -> mlx_speech.TTS:
+    """Loaded with ``MLX_SPEECH_EXACT=1``: mlx-audio's numbers everywhere."""
+    return _load_exact(speaking_dir)
+
+
+@pytest.fixture(scope="session")
+def exact_stopping_tts(stopping_dir) -> mlx_speech.TTS:
+    return _load_exact(stopping_dir)
+
+
+def _load_exact(model_dir: Path) -> mlx_speech.TTS:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLX_SPEECH_EXACT", "1")
+        return mlx_speech.load(model_dir)
+
+
+@pytest.fixture(scope="session")
 def reference_clip(tmp_path_factory) -> Path:
     """1.3 s of stereo 44.1 kHz audio: exercises resampling and channel handling."""
     rate = 44100

@@ -16,6 +16,7 @@ from mlx_audio.tts.models.moss_tts_nano import Model
 from ...engine.batching import DeferredOutput
 from ..chunks import finite_audio
 from .codec import DecoderState, decode_together, with_channels
+from .codec_math import CodecMath
 from .loop import FrameJob, step
 from .row_products import RowProducts
 
@@ -47,9 +48,10 @@ class FrameBatch:
 
 
 class CodecBatch:
-    def __init__(self, codec: MossAudioTokenizer, n_vq: int):
+    def __init__(self, codec: MossAudioTokenizer, n_vq: int, numerics: CodecMath):
         self._codec = codec
         self._n_vq = n_vq
+        self._numerics = numerics
         self._sample_rate = int(codec.sample_rate)
         self._waiting: list[tuple[DecoderState, list[mx.array], DeferredOutput]] = []
 
@@ -67,9 +69,8 @@ class CodecBatch:
         self._waiting = []
         for group in _decode_groups(waiting, max_batch):
             try:
-                audio = decode_together(
-                    self._codec, self._n_vq, [(state, frames) for state, frames, _ in group]
-                )
+                work = [(state, frames) for state, frames, _ in group]
+                audio = decode_together(self._codec, self._n_vq, work, self._numerics)
                 mx.eval(audio)
             except Exception as error:  # noqa: BLE001 - each request's reader gets it
                 for *_, chunk in group:

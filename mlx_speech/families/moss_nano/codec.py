@@ -7,9 +7,10 @@ every operation that works time step by time step (codebook lookups, patch
 reshapes, projections, norms, feed-forwards) runs once on all requests' steps
 laid end to end; attention runs per request over that request's own history,
 as mlx-audio's streaming step computes it. Encoding runs mlx-audio's encoder
-stages over the whole clip. In both, the attention and the exact GELU, which
-take most of the time, run in halves on two threads (``halves``); every number
-is mlx-audio's.
+stages over the whole clip. In both, the attention and the GELU, which take
+most of the time, run in halves on two threads (``halves``). Encoding computes
+every number as mlx-audio does; decoding does too with ``codec_math.EXACT``,
+and within a stated bound with ``codec_math.FAST``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
     ProjectedTransformer,
     TransformerLayer,
     _apply_rope,
-    _exact_gelu,
 )
 
+from .codec_math import EXACT, CodecMath
 from .halves import in_halves
 
 
@@ -53,11 +54,14 @@ class DecoderState:
 
 
 def decode_together(
-    codec: MossAudioTokenizer, n_vq: int, work: list[tuple[DecoderState, list[mx.array]]]
+    codec: MossAudioTokenizer,
+    n_vq: int,
+    work: list[tuple[DecoderState, list[mx.array]]],
+    numerics: CodecMath = EXACT,
 ) -> list[mx.array]:
     """Decode each request's frames (``[n_vq]`` codes each), which follow that
     request's previous call → per request its audio, ``[samples, channels]``
-    (lazy)."""
+    (lazy), with the GELU and attention of ``numerics``."""
     codes = mx.stack([frame for _, frames in work for frame in frames])  # [steps, n_vq]
     hidden = codec.quantizer.decode_codes(codes[:, :n_vq].T[:, None, :].astype(mx.int32))
     lengths = [len(frames) for _, frames in work]
@@ -67,7 +71,7 @@ def decode_together(
             lengths = [length * stage.patch_size for length in lengths]
         else:
             states = [state.caches[index] for state, _ in work]
-            hidden = _transformer_step(stage, hidden, lengths, states)
+            hidden = _transformer_step(stage, hidden, lengths, states, numerics)
     if codec.enable_channel_interleave and codec.channels > 1:
         audio = hidden[0, 0].reshape(-1, codec.channels)
         lengths = [length // codec.channels for length in lengths]
@@ -109,6 +113,7 @@ def _transformer_step(
     hidden: mx.array,
     lengths: list[int],
     caches: list[list[AttentionStepCache]],
+    numerics: CodecMath,
 ) -> mx.array:
     """``stage.step`` for requests laid end to end in ``hidden`` (``[1, channels,
     steps]``), each with its own attention caches."""
@@ -118,7 +123,7 @@ def _transformer_step(
         offsets = [cache[0].offset for cache in caches]
         x = x + transformer.positional_scale * _sinusoids(transformer, x, lengths, offsets)
     for depth, layer in enumerate(transformer.layers):
-        x = _layer_step(layer, x, lengths, [cache[depth] for cache in caches])
+        x = _layer_step(layer, x, lengths, [cache[depth] for cache in caches], numerics)
     return stage.output_proj(x).transpose(0, 2, 1)
 
 
@@ -144,22 +149,23 @@ def _layer_step(
     x: mx.array,
     lengths: list[int],
     caches: list[AttentionStepCache],
+    numerics: CodecMath,
 ) -> mx.array:
     attention = layer.self_attn
     qkv = attention.in_proj(layer.norm1(x))
     mixed = mx.concatenate(
         [
-            _attend(attention, qkv[:, start:end], cache)
+            _attend(attention, qkv[:, start:end], cache, numerics)
             for (start, end), cache in zip(_spans(lengths), caches, strict=True)
         ],
         axis=1,
     )
     x = x + layer.layer_scale_1(attention.out_proj(mixed))
-    return _feed_forward(layer, x)
+    return _feed_forward(layer, x, numerics)
 
 
-def _feed_forward(layer: TransformerLayer, x: mx.array) -> mx.array:
-    inner = in_halves(_exact_gelu, -1, layer.ffn[0](layer.norm2(x)))
+def _feed_forward(layer: TransformerLayer, x: mx.array, numerics: CodecMath) -> mx.array:
+    inner = in_halves(numerics.gelu, -1, layer.ffn[0](layer.norm2(x)))
     return x + layer.layer_scale_2(layer.ffn[2](inner))
 
 
@@ -183,7 +189,7 @@ def _transformer_whole(
         qkv = attention.in_proj(layer.norm1(x))
         attended = _attend_whole(attention, qkv, mask, padding)
         x = x + layer.layer_scale_1(attention.out_proj(attended))
-        x = _feed_forward(layer, x)
+        x = _feed_forward(layer, x, EXACT)
     return stage.output_proj(x).transpose(0, 2, 1)
 
 
@@ -193,7 +199,8 @@ def _attend_whole(
     """Attention over a whole clip (``qkv``: ``[1, steps, 3 * width]``);
     padding rows come out as zeros, as in mlx-audio."""
     queries, keys, values = _heads(attention, qkv, offset=0)
-    out = _attention_by_halves(queries, keys, values, attention.head_dim**-0.5, mask)
+    scale = attention.head_dim**-0.5
+    out = _attention_by_halves(EXACT, queries, keys, values, scale, mask)
     return _merged(mx.where(padding, mx.zeros((), dtype=out.dtype), out))
 
 
@@ -218,6 +225,7 @@ def _merged(out: mx.array) -> mx.array:
 
 
 def _attention_by_halves(
+    numerics: CodecMath,
     queries: mx.array,
     keys: mx.array,
     values: mx.array,
@@ -227,13 +235,16 @@ def _attention_by_halves(
     """Scaled dot-product attention, half of the heads on each thread."""
 
     def attend(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
-        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+        return numerics.attention(q, k, v, scale, mask)
 
     return in_halves(attend, 1, queries, keys, values)
 
 
 def _attend(
-    attention: MultiheadAttention, qkv: mx.array, cache: AttentionStepCache
+    attention: MultiheadAttention,
+    qkv: mx.array,
+    cache: AttentionStepCache,
+    numerics: CodecMath,
 ) -> mx.array:
     """One request's causal attention over its history and its new steps
     (``qkv``: ``[1, steps, 3 * width]``); its history moves forward, keeping
@@ -252,7 +263,8 @@ def _attend(
         key_len=keys.shape[2],
         dtype=qkv.dtype,
     )
-    out = _attention_by_halves(queries, keys, values, attention.head_dim**-0.5, mask)
+    scale = attention.head_dim**-0.5
+    out = _attention_by_halves(numerics, queries, keys, values, scale, mask)
     cache.offset += steps
     kept = None if attention.context is None else attention.context - 1
     if kept is None:

@@ -20,15 +20,14 @@ as mlx-audio computes it.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 import mlx.core as mx
 import numpy as np
 
 from ...blas import loaded_openblas
+from .codec_math import exact_asked
 
-EXACT_VARIABLE = "MLX_SPEECH_EXACT"
 _ROW_MAJOR, _NO_TRANSPOSE = 101, 111
 
 
@@ -91,7 +90,7 @@ def row_products(model) -> RowProducts | None:
     """The fast single-row products for ``model``, or ``None`` where they do
     not apply (another platform or device, float weights other than float32,
     no OpenBLAS loaded, or the reference mode asked for)."""
-    if os.environ.get(EXACT_VARIABLE, "") not in ("", "0"):
+    if exact_asked():
         return None
     if sys.platform != "linux" or mx.default_device() != mx.cpu:
         return None

@@ -37,6 +37,7 @@ from ..reference_audio import load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
 from .codec import DecoderState, encode, samples_per_frame
+from .codec_math import CodecMath, codec_math
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .row_products import RowProducts, row_products
@@ -87,12 +88,13 @@ class MossNanoService(SpeechService):
         model: Model,
         codec: MossAudioTokenizer,
         codec_id: str,
-        row_products: RowProducts | None = None,
+        row_products: RowProducts | None,
+        numerics: CodecMath,
     ):
         self._model = model
         self._codec = codec
         self._batch = FrameBatch(model, row_products)
-        self._decodes = CodecBatch(codec, model.config.n_vq)
+        self._decodes = CodecBatch(codec, model.config.n_vq, numerics)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
@@ -277,7 +279,7 @@ def load(model_dir: Path) -> MossNanoService:
     model.audio_tokenizer = codec
     products = row_products(model)
     warm_up(model, _frame_sampling(DEFAULTS), products)
-    return MossNanoService(model, codec, _codec_id(codec), products)
+    return MossNanoService(model, codec, _codec_id(codec), products, codec_math())
 
 
 def _codec_id(codec: MossAudioTokenizer) -> str:

@@ -1,0 +1,174 @@
+"""How far the fast codec math is from the exact one, and what it saves.
+
+    python bench/check_codec_math.py [CHECKPOINT] [--chunks 12] [--fit]
+
+Always: the largest error of the fast ``erf`` (float32, over [-6, 6]) and the
+largest relative error of the fast ``exp`` (over [-87, 0]), against float64.
+With a checkpoint: its model speaks the bench texts greedily, and the codec
+decodes those codes in 16-frame chunks (as a stream does) with the exact and
+the fast functions, taking turns; prints ms/frame of each (best of 3) and the
+fast audio's largest difference and SNR against the exact audio.
+``--fit`` recomputes the erf coefficients (a rational least-squares fit,
+reweighted so the error, not the residual times Q, is what shrinks).
+On Linux it re-runs itself with the system OpenBLAS when one is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+TEXTS = (
+    "Hello there, this is a benchmark of streaming speech on a local machine.",
+    "The quick brown fox jumps over the lazy dog, and then it runs away.",
+    "你好，欢迎使用语音合成服务。这是第二句话！",
+)
+CHUNK = 16
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", nargs="?")
+    parser.add_argument("--chunks", type=int, default=12, help="16-frame chunks per text")
+    parser.add_argument("--fit", action="store_true")
+    return parser.parse_args()
+
+
+def fit_erf(numerator_terms: int = 7, denominator_degree: int = 5) -> tuple[list, list]:
+    """erf(x)/x ≈ P(x²)/Q(x²) with Q(0) = 1, on (0, 4]: linearized least
+    squares, each pass weighted by 1/|Q| of the last."""
+    x = np.linspace(1e-4, 4.0, 40000)
+    squared = x * x
+    target = np.array([math.erf(v) for v in x]) / x
+    weights = np.ones_like(x)
+    for _ in range(8):
+        powers = np.vander(
+            squared, max(numerator_terms, denominator_degree + 1), increasing=True
+        )
+        columns = np.hstack(
+            [
+                powers[:, :numerator_terms],
+                -target[:, None] * powers[:, 1 : denominator_degree + 1],
+            ]
+        )
+        scale = (weights * x)[:, None]
+        solution, *_ = np.linalg.lstsq(columns * scale, target * scale[:, 0], rcond=None)
+        numerator = solution[:numerator_terms]
+        denominator = np.concatenate([[1.0], solution[numerator_terms:]])
+        weights = 1 / np.abs(np.polynomial.polynomial.polyval(squared, denominator))
+    return numerator.tolist(), denominator.tolist()
+
+
+def function_errors() -> tuple[float, float]:
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.codec_math import polynomial_exp, rational_erf
+
+    x = np.linspace(-6, 6, 400001, dtype=np.float32)
+    erf = np.array([math.erf(v) for v in x.astype(np.float64)])
+    erf_error = np.abs(np.asarray(rational_erf(mx.array(x)), dtype=np.float64) - erf).max()
+    y = np.linspace(-87, 0, 400001, dtype=np.float32)
+    exact = np.exp(y.astype(np.float64))
+    fast = np.asarray(polynomial_exp(mx.array(y)), dtype=np.float64)
+    return float(erf_error), float((np.abs(fast - exact) / exact).max())
+
+
+def _bench_codes(service, chunks: int) -> list[list]:
+    """Per text, the greedy codes of ``chunks`` chunks (as MLX arrays)."""
+    from dataclasses import replace
+
+    from mlx_speech.families.moss_nano.loop import frames
+    from mlx_speech.families.moss_nano.sampling import KeySequence
+    from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+
+    model = service._model
+    budget = chunks * CHUNK
+    sampling = _frame_sampling(replace(DEFAULTS, temperature=0.0, max_new_tokens=budget))
+    codes = []
+    for text in TEXTS:
+        prompt, _ = model.build_inference_input_ids(
+            text=text, tokenizer=model.tokenizer, mode="continuation"
+        )
+        codes.append(list(frames(model, prompt, sampling, KeySequence(0))))
+    return codes
+
+
+def _decode(codec, n_vq, frames, numerics) -> tuple[np.ndarray, float]:
+    """The audio of ``frames`` decoded chunk by chunk, and seconds taken."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+
+    state = DecoderState(codec)
+    pieces = []
+    started = time.perf_counter()
+    for start in range(0, len(frames), CHUNK):
+        audio = decode_together(
+            codec, n_vq, [(state, frames[start : start + CHUNK])], numerics
+        )
+        mx.eval(audio)
+        pieces.append(np.asarray(audio[0], dtype=np.float64))
+    return np.concatenate(pieces), time.perf_counter() - started
+
+
+def compare_decodes(checkpoint: Path, chunks: int) -> dict:
+    from mlx_speech.families.moss_nano.codec_math import EXACT, FAST
+    from mlx_speech.families.moss_nano.service import load
+
+    service = load(checkpoint)
+    codec, n_vq = service._codec, service._model.config.n_vq
+    codes = _bench_codes(service, chunks)
+    frames = sum(len(c) for c in codes)
+    best = {"exact": math.inf, "fast": math.inf}
+    audio = {}
+    for _ in range(3):
+        for name, numerics in (("exact", EXACT), ("fast", FAST)):
+            decoded = [_decode(codec, n_vq, c, numerics) for c in codes]
+            best[name] = min(best[name], sum(seconds for _, seconds in decoded))
+            audio[name] = [samples for samples, _ in decoded]
+    exact, fast = np.concatenate(audio["exact"]), np.concatenate(audio["fast"])
+    noise = np.sum((fast - exact) ** 2)
+    return {
+        "frames": frames,
+        "exact_ms_per_frame": best["exact"] / frames * 1000,
+        "fast_ms_per_frame": best["fast"] / frames * 1000,
+        "max_abs_difference": float(np.abs(fast - exact).max()),
+        "snr_db": math.inf
+        if noise == 0
+        else float(10 * np.log10(np.sum(exact**2) / noise)),
+    }
+
+
+def main() -> None:
+    args = _arguments()
+    from mlx_speech.blas import active_blas, use_fast_blas
+
+    use_fast_blas()
+    if args.fit:
+        numerator, denominator = fit_erf()
+        print("erf numerator (in x², from x⁰):", numerator)
+        print("erf denominator:", denominator)
+    erf_error, exp_error = function_errors()
+    print(
+        f"fast erf: max error {erf_error:.2e}; fast exp: max relative error {exp_error:.2e}"
+    )
+    if args.checkpoint:
+        result = compare_decodes(Path(args.checkpoint), args.chunks)
+        print(f"BLAS: {active_blas()}; {result['frames']} frames in {CHUNK}-frame chunks")
+        print(
+            f"decode ms/frame: exact {result['exact_ms_per_frame']:.2f}, "
+            f"fast {result['fast_ms_per_frame']:.2f} "
+            f"({result['fast_ms_per_frame'] / result['exact_ms_per_frame']:.2f}x)"
+        )
+        print(
+            f"fast audio vs exact: max abs difference {result['max_abs_difference']:.2e}, "
+            f"SNR {result['snr_db']:.1f} dB"
+        )
+
+
+if __name__ == "__main__":
+    main()
