@@ -177,7 +177,16 @@ def start_server(
         raise SystemExit("mlx-speech is not installed beside this Python")
     started = time.perf_counter()
     process = subprocess.Popen(
-        [command, "serve", checkpoint, "--port", str(port), "--log-level", "warning"]
+        [
+            command,
+            "serve",
+            "--model",
+            checkpoint,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
         + serve_args
     )
     url = f"http://127.0.0.1:{port}"

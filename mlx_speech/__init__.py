@@ -13,6 +13,7 @@ from pathlib import Path
 from .audio import Audio
 from .engine import shared_engine
 from .errors import GenerationError, ModelLoadError
+from .families import LoadOptions
 from .registry import family_loader, resolve_model_dir
 from .tts import TTS
 from .voice_store import VoiceStore
@@ -49,7 +50,7 @@ def load(
 
     def load_on_worker():
         try:
-            return loader(model_dir)
+            return loader(model_dir, LoadOptions(max_batch=engine.max_batch))
         except ModelLoadError:
             raise
         except Exception as error:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ModelLoadError
-from .families import SpeechService, moss_nano, qwen3, voxcpm2
+from .families import LoadOptions, SpeechService, moss_nano, qwen3, voxcpm2
 
 # model_type (or architecture) in config.json → the family's loader (runs on the worker).
-FAMILIES: dict[str, Callable[[Path], SpeechService]] = {
+FAMILIES: dict[str, Callable[[Path, LoadOptions], SpeechService]] = {
     moss_nano.FAMILY: moss_nano.load,
     qwen3.FAMILY: qwen3.load,
     voxcpm2.FAMILY: voxcpm2.load,
@@ -39,7 +39,7 @@ def resolve_model_dir(model: str | Path) -> Path:
         ) from error
 
 
-def family_loader(model_dir: Path) -> Callable[[Path], SpeechService]:
+def family_loader(model_dir: Path) -> Callable[[Path, LoadOptions], SpeechService]:
     config_path = model_dir / "config.json"
     try:
         config = json.loads(config_path.read_text())

@@ -8,11 +8,23 @@ family's loader, which runs on the MLX worker and returns a service.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..audio import Audio
 from ..engine.batching import Pending
 from .fields import SpeechInput
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What a model is loaded for. ``max_batch``: requests the worker steps
+    together (a family that batches prepares those shapes while loading)."""
+
+    max_batch: int = 1
+
+
+DEFAULT_LOAD = LoadOptions()
 
 
 class SpeechService:

@@ -55,6 +55,15 @@ class CodecBatch:
         self._sample_rate = int(codec.sample_rate)
         self._waiting: list[tuple[DecoderState, list[mx.array], DeferredOutput]] = []
 
+    def warm_up(self, requests: int) -> None:
+        """Decodes a first frame alone and ``requests`` of them together (as
+        a burst's first chunks are), so no request waits for MLX to build
+        the decoder's kernels."""
+        frame = mx.zeros((self._n_vq,), dtype=mx.int32)
+        for count in sorted({1, requests}):
+            work = [(DecoderState(self._codec), [frame]) for _ in range(count)]
+            mx.eval(decode_together(self._codec, self._n_vq, work, self._numerics))
+
     def decode(self, state: DecoderState, frames: list[mx.array]) -> DeferredOutput:
         """The ``Audio`` of ``frames``, once flushed."""
         chunk = DeferredOutput(self)

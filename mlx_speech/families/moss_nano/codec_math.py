@@ -28,6 +28,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
@@ -87,7 +88,7 @@ def rational_erf(x: mx.array) -> mx.array:
     return x * _horner(_ERF_NUMERATOR, squared) / _horner(_ERF_DENOMINATOR, squared)
 
 
-@mx.compile
+@partial(mx.compile, shapeless=True)  # element-wise: no retrace per shape
 def _exp_parts(x: mx.array, shift: mx.array) -> tuple[mx.array, mx.array]:
     """``exp(x - shift) = exp(r) · 2^k`` → ``exp(r)`` and the float32 bits of
     ``2^k``. (Reinterpreting the bits as floats inside a compiled function
@@ -115,7 +116,7 @@ def _horner(coefficients: tuple[float, ...], x: mx.array) -> mx.array:
     return total
 
 
-@mx.compile
+@partial(mx.compile, shapeless=True)
 def _rational_gelu(x: mx.array) -> mx.array:
     return 0.5 * x * (1.0 + rational_erf(x * (1 / math.sqrt(2.0))))
 

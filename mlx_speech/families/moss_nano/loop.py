@@ -216,25 +216,30 @@ def frames(
 
 
 def warm_up(
-    model: Model, sampling: FrameSampling, row_products: RowProducts | None = None
+    model: Model,
+    sampling: FrameSampling,
+    row_products: RowProducts | None = None,
+    max_batch: int = 2,
 ) -> None:
-    """Steps a short prompt alone, then two together, with ``sampling`` (the
-    requests' default) and ``row_products`` (as the requests will be): the
-    first use of the compiled parts on a machine builds their kernels
-    (seconds, once; MLX keeps them on disk), and one job alone and several
-    together use different ones; so does a greedy job alone when
-    ``row_products`` are given (it keeps MLX's). Done at load, so no request
-    waits for it."""
+    """Steps a short prompt alone, then ``max_batch`` prompts together and
+    every group size up to ``max_batch``, with ``sampling`` (the requests'
+    default) and ``row_products`` (as the requests will be). MLX traces its
+    compiled parts again for every new shape, and the first use of one on a
+    machine builds its kernels (seconds, once; MLX keeps them on disk); one
+    job alone and several together use different ones, and so does a greedy
+    job alone when ``row_products`` are given (it keeps MLX's). Done at load,
+    so the first burst of requests runs as fast as later ones."""
     prompt, _ = model.build_inference_input_ids(
         text="Hello.", tokenizer=model.tokenizer, mode="continuation"
     )
-    first, second = (FrameJob(model, prompt, sampling, KeySequence(0)) for _ in range(2))
-    groups = [[first], [first], [second], [first, second]]
+    together = max(max_batch, 2)
+    jobs = [FrameJob(model, prompt, sampling, KeySequence(0)) for _ in range(together)]
+    groups = [jobs[:1], jobs[:1], jobs, *(jobs[:size] for size in range(together, 1, -1))]
     if row_products is not None:
         greedy = replace(sampling, text=GREEDY_HEAD, audio=GREEDY_HEAD)
         lone_greedy = FrameJob(model, prompt, greedy, KeySequence(0))
         groups += [[lone_greedy], [lone_greedy]]
-    jobs = {id(job): job for group in groups for job in group}.values()
+        jobs.append(lone_greedy)
     for group in groups:
         live = [job for job in group if not job.done]
         if live:

@@ -28,7 +28,7 @@ from ...audio import Audio
 from ...engine.batching import DeferredOutput, Pending
 from ...errors import ModelLoadError
 from ...voice_store import SavedVoice
-from .. import SpeechInput, SpeechService
+from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..fields import check_channels
 from ..languages import check_language
@@ -113,6 +113,9 @@ class MossNanoService(SpeechService):
         self.sample_rate = int(codec.sample_rate)
         self.channels = int(codec.channels)
         self.samples_per_frame = samples_per_frame(codec)
+
+    def warm_up_decodes(self, requests: int) -> None:
+        self._decodes.warm_up(requests)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -263,8 +266,9 @@ def _frame_sampling(options: SamplingOptions) -> FrameSampling:
     )
 
 
-def load(model_dir: Path) -> MossNanoService:
-    """Worker thread: the model with mlx-audio's loader, then its codec."""
+def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoService:
+    """Worker thread: the model with mlx-audio's loader, then its codec; then
+    a warm-up of the shapes ``options.max_batch`` requests will use."""
     model = load_model(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(f"{model_dir} has no tokenizer.model")
@@ -278,8 +282,10 @@ def load(model_dir: Path) -> MossNanoService:
         ) from error
     model.audio_tokenizer = codec
     products = row_products(model)
-    warm_up(model, _frame_sampling(DEFAULTS), products)
-    return MossNanoService(model, codec, _codec_id(codec), products, codec_math())
+    service = MossNanoService(model, codec, _codec_id(codec), products, codec_math())
+    warm_up(model, _frame_sampling(DEFAULTS), products, options.max_batch)
+    service.warm_up_decodes(options.max_batch)
+    return service
 
 
 def _codec_id(codec: MossAudioTokenizer) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError, shown
 from ...voice_store import SavedVoice
-from .. import SpeechInput, SpeechService
+from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
 from ..fields import check_channels
@@ -226,8 +226,9 @@ class Qwen3Service(SpeechService):
         return finite_audio(decoder.decode(codes), self.sample_rate)
 
 
-def load(model_dir: Path) -> Qwen3Service:
-    """Worker thread: mlx-audio's loader, which only prints when parts fail."""
+def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> Qwen3Service:
+    """Worker thread: mlx-audio's loader, which only prints when parts fail.
+    (Requests are stepped one at a time: ``options`` ask nothing of it.)"""
     model, printed = load_quietly(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(

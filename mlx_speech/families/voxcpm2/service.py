@@ -20,7 +20,7 @@ import numpy as np
 
 from ...audio import Audio
 from ...errors import InvalidRequest, ModelLoadError
-from .. import SpeechInput, SpeechService
+from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio
 from ..fields import check_channels
@@ -117,8 +117,9 @@ class VoxCPM2Service(SpeechService):
         return finite_audio(decoder.decode(final=last), self.sample_rate)
 
 
-def load(model_dir: Path) -> VoxCPM2Service:
-    """Worker thread: mlx-audio's loader."""
+def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> VoxCPM2Service:
+    """Worker thread: mlx-audio's loader. (Requests are stepped one at a
+    time: ``options`` ask nothing of it.)"""
     model, _ = load_quietly(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(
