@@ -4,7 +4,9 @@ and how long a client may take to send a request's headers.
 uvicorn times out a connection only when it is idle after a response; one
 that never finishes its headers (a slow or stalled client) stays open, and
 enough of them exhaust the server. ``guarded_protocol`` is uvicorn's h11
-protocol with both bounds added; everything else is uvicorn's own.
+protocol with both bounds added; everything else is uvicorn's own. A
+connection upgraded to a WebSocket leaves the header timer: its session's
+own idle rule (``--socket-idle-timeout``) governs it from then on.
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Pro
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self._awaiting_request():
-                self._arm_header_timer()
-            else:
+            if self._upgraded() or not self._awaiting_request():
                 self._cancel_header_timer()
+            else:
+                self._arm_header_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_header_timer()
             super().connection_lost(exc)
+
+        def _upgraded(self) -> bool:
+            """The connection now belongs to uvicorn's WebSocket protocol."""
+            return self.transport.get_protocol() is not self
 
         def _awaiting_request(self) -> bool:
             return self.cycle is None or self.cycle.response_complete

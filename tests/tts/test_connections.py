@@ -4,11 +4,13 @@ sockets can fill the server."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
 import httpx
 import pytest
+from websockets.sync.client import connect
 
 from mlx_speech.server import ServerSettings
 from tests.tts.support.server import RunningServer, assert_speaks
@@ -76,3 +78,21 @@ def test_connections_past_the_cap_are_closed_unread(server):
 
 def test_a_client_that_keeps_sending_its_request_is_served(server):
     assert_speaks(server)
+
+
+def test_a_websocket_session_outlives_the_header_timeout(server):
+    """The upgrade request's headers are complete: the session is not
+    dropped when the header timer would have fired (it was, with no close
+    frame, after --header-timeout from the connection)."""
+    url = f"ws://127.0.0.1:{server.port}/v1/audio/speech/stream"
+    with connect(url) as ws:
+        ws.send(json.dumps({"type": "session.config", "max_new_tokens": 2}))
+        time.sleep(1.5)  # three header timeouts
+        ws.send(json.dumps({"type": "input.text", "text": "Hi."}))
+        ws.send(json.dumps({"type": "input.done"}))
+        kinds = []
+        while not kinds or kinds[-1] != "session.done":
+            message = ws.recv(timeout=60)
+            if isinstance(message, str):
+                kinds.append(json.loads(message)["type"])
+        assert kinds == ["audio.start", "audio.done", "session.done"]
