@@ -6,7 +6,8 @@ text, reference clip and greedy decoding.
 
 Reports steady ms/frame (from two lengths, so prefill and fixed costs cancel),
 time to first audio (new reference, then the same reference again: cached),
-total time, real-time factor, peak MLX memory, the BLAS in use and the ratios.
+total time, real-time factor, peak MLX memory (each side's resident weights
+and caches plus the most its run held above them), the BLAS and the ratios.
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
@@ -56,12 +57,22 @@ def _reference_clip(seconds: float) -> Path:
     return path
 
 
-def _peak_memory(run):
+def _active_mib() -> float:
     import mlx.core as mx
 
+    return mx.get_active_memory() / 2**20
+
+
+def _peak_memory(run, resident_mib: float):
+    """→ ``run()``, and its peak memory: what its side keeps resident (both
+    models live in this process, so MLX's own peak counts the other's too)
+    plus the most ``run`` held above what was active before it."""
+    import mlx.core as mx
+
+    before = mx.get_active_memory()
     mx.reset_peak_memory()
     result = run()
-    return result, mx.get_peak_memory() / 2**20
+    return result, resident_mib + (mx.get_peak_memory() - before) / 2**20
 
 
 def _theirs(model, clip: Path, frames: int) -> tuple[float, object]:
@@ -126,18 +137,26 @@ def main() -> None:
     from mlx_speech.families.moss_nano.row_products import row_products
 
     blas = active_blas()
+    empty = _active_mib()
     tts = mlx_speech.load(args.checkpoint)
+    ours_loaded = _active_mib()
     theirs = load_model(Path(args.checkpoint))
     fast = shared_engine().call(lambda: row_products(theirs) is not None)
     clip = _reference_clip(args.reference_seconds)
     frames, rate = args.frames, tts.sample_rate
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
+    theirs_warm = _active_mib()
     _ours_buffered(tts, clip.read_bytes(), 2)
+    our_resident = ours_loaded - empty + _active_mib() - theirs_warm
+    their_resident = theirs_warm - ours_loaded
 
-    (_, their_result), their_memory = _peak_memory(lambda: _theirs(theirs, clip, frames))
+    (_, their_result), their_memory = _peak_memory(
+        lambda: _theirs(theirs, clip, frames), their_resident
+    )
     their_audio = np.asarray(their_result.audio, dtype=np.float32).mean(axis=1)
     (_, _, stream_samples), our_memory = _peak_memory(
-        lambda: _ours_streamed(tts, str(_reference_clip(args.reference_seconds)), frames)
+        lambda: _ours_streamed(tts, str(_reference_clip(args.reference_seconds)), frames),
+        our_resident,
     )
     _, our_audio = _ours_buffered(tts, clip.read_bytes(), frames)
     audio_seconds = len(our_audio.samples) / rate
@@ -187,6 +206,7 @@ def main() -> None:
                 ttfa_new / their_total, 4
             ),
             "buffered_total_ours_over_mlx_audio": round(buffered_total / their_total, 3),
+            "peak_memory_ours_stream_over_mlx_audio": round(our_memory / their_memory, 3),
         },
         "max_abs_audio_difference_buffered_vs_mlx_audio": difference,
     }
