@@ -8,8 +8,9 @@ For each concurrency, N requests (English and Chinese sentences) are read as
 streams, that many at a time. Per request: time to first packet, end-to-end
 latency, audio seconds, real-time factor, and underruns of a simulated
 real-time player (a wait of more than 100 ms for audio after playback
-started). Prints mean/p50/p95/p99, aggregate audio seconds per wall second,
-underruns per stream and failures per concurrency.
+started) and the longest wait between two packets. Prints mean/p50/p95/p99,
+aggregate audio seconds per wall second, underruns per stream and failures
+per concurrency.
 
 With ``--cold``, each concurrency gets a server of its own, started by this
 script (``mlx-speech serve CHECKPOINT`` on a free local port) and stopped
@@ -58,6 +59,7 @@ class Outcome:
     latency_s: float
     audio_s: float
     underruns: int
+    longest_gap_s: float  # the longest wait between two packets after the first
 
 
 def _reference_clip(seconds: float = 3.0, rate: int = 24000) -> str:
@@ -74,6 +76,8 @@ def _one_request(client: httpx.Client, url: str, body: dict, order: int) -> Outc
     received = 0.0  # seconds of audio received so far
     stalled = 0.0  # seconds the simulated player waited
     underruns = 0
+    previous = None
+    longest_gap = 0.0
     with client.stream(
         "POST", f"{url}/v1/audio/speech", json=body, timeout=600
     ) as response:
@@ -81,6 +85,9 @@ def _one_request(client: httpx.Client, url: str, body: dict, order: int) -> Outc
         bytes_per_second = 2 * int(response.headers["x-audio-sample-rate"])
         for packet in response.iter_raw():
             now = time.perf_counter()
+            if previous is not None:
+                longest_gap = max(longest_gap, now - previous)
+            previous = now
             if first is None:
                 first = now
             else:
@@ -91,7 +98,7 @@ def _one_request(client: httpx.Client, url: str, body: dict, order: int) -> Outc
                     underruns += wait > UNDERRUN_SECONDS
             received += len(packet) / bytes_per_second
     latency = time.perf_counter() - started
-    return Outcome(order, first - started, latency, received, underruns)
+    return Outcome(order, first - started, latency, received, underruns, longest_gap)
 
 
 def run_level(url: str, concurrency: int, requests: int, body: dict) -> dict:
@@ -156,6 +163,7 @@ def _summary(concurrency: int, outcomes: list[Outcome], failures: list[str], wal
         "underruns": int(sum(o.underruns for o in outcomes)),
         "underruns_per_stream": _stats([o.underruns for o in outcomes]),
         "streams_with_underruns": sum(o.underruns > 0 for o in outcomes),
+        "longest_gap_s": _stats([o.longest_gap_s for o in outcomes]),
         "audio_seconds_per_wall_second": round(sum(o.audio_s for o in outcomes) / wall, 3),
     }
 
@@ -225,9 +233,9 @@ def _print_table(levels: list[dict]) -> None:
     print(
         "| conc | ok/all | ttfp mean | ttfp p95 | latency p50 | latency p95 | rtf p50 "
         "| underruns (streams with any) | underruns per stream p95 "
-        f"| audio s per s |{extra}"
+        f"| longest gap p95 | audio s per s |{extra}"
     )
-    print("|---" * (12 if cold else 10) + "|")
+    print("|---" * (13 if cold else 11) + "|")
     for level in levels:
         ok = level["requests"] - level["failures"]
         ttfp, latency, rtf = (
@@ -241,6 +249,7 @@ def _print_table(levels: list[dict]) -> None:
             f"| {rtf.get('p50')} "
             f"| {level['underruns']} ({level['streams_with_underruns']}) "
             f"| {level['underruns_per_stream'].get('p95')} "
+            f"| {level['longest_gap_s'].get('p95')} "
             f"| {level['audio_seconds_per_wall_second']} |"
         )
         if cold:

@@ -5,6 +5,14 @@
 ``max_batch``. ``CodecBatch``: a request hands over the frames of its next
 chunk and gets a ``DeferredOutput`` that the flush fills with the chunk's
 audio; the frames of all requests due for audio are decoded in one pass.
+
+Concurrent requests that started together reach their chunk ends in the same
+rounds, and decoding all their chunks in one round would stall every stream
+at once (eight 16-frame chunks are about two seconds of decoding here). So a
+round takes on about ``FRAMES_PER_ROUND`` frames of decoding; a request whose
+complete chunk does not fit keeps generating and hands it over in a later
+round (``has_room``), never later than its next chunk's end. First chunks
+never wait. Which frames make a chunk is unchanged: only when it is decoded.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from .row_products import RowProducts
 # Measured on the full-size codec (OpenBLAS, 2 cores), 8 requests: 1 frame each
 # 182 → 97 ms decoded together, 2 each 196 → 128, 4 each 393 → 263, 8 each no gain.
 FRAMES_PER_DECODE = 16
+FRAMES_PER_ROUND = FRAMES_PER_DECODE  # one full chunk, so a lone stream never waits
 
 
 class FrameBatch:
@@ -63,6 +72,11 @@ class CodecBatch:
         for count in sorted({1, requests}):
             work = [(DecoderState(self._codec), [frame]) for _ in range(count)]
             mx.eval(decode_together(self._codec, self._n_vq, work, self._numerics))
+
+    def has_room(self, frames: int) -> bool:
+        """Whether a chunk of ``frames`` fits this round's decoding."""
+        waiting = sum(len(item[1]) for item in self._waiting)
+        return waiting + frames <= FRAMES_PER_ROUND
 
     def decode(self, state: DecoderState, frames: list[mx.array]) -> DeferredOutput:
         """The ``Audio`` of ``frames``, once flushed."""

@@ -25,17 +25,17 @@ from mlx_audio.tts.models.moss_tts_nano.text import (
 from mlx_audio.tts.utils import load_model
 
 from ...audio import Audio
-from ...engine.batching import DeferredOutput, Pending
+from ...engine.batching import Pending
 from ...errors import ModelLoadError
 from ...voice_store import SavedVoice
 from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
-from ..chunk_schedule import ChunkSchedule
 from ..fields import check_channels
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
+from .chunk_release import ChunkRelease
 from .codec import DecoderState, encode, samples_per_frame
 from .codec_math import CodecMath, codec_math
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
@@ -182,9 +182,7 @@ class MossNanoService(SpeechService):
             codes = self._reference_codes(request.reference)
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
         decoder = DecoderState(self._codec, request.channels)
-        schedule = ChunkSchedule()
-        gathered: list[mx.array] = []
-        chunk: DeferredOutput | None = None
+        chunks = ChunkRelease(self._decodes, decoder)
         for segment in request.segments:
             cache, rows = self._prefilled(
                 self._prompt(segment, reference_codes), reference_codes, prefix_key
@@ -192,20 +190,13 @@ class MossNanoService(SpeechService):
             job = FrameJob(self._model, rows, request.sampling, keys, cache)
             while not job.done:
                 self._batch.submit(job)
-                yield Pending(self._batch, chunk)
-                chunk = None
+                yield Pending(self._batch, chunks.due())
                 if job.failure is not None:
                     raise job.failure
                 if job.stopped:
                     break
-                gathered.append(job.frame)
-                if len(gathered) >= schedule.frames_for_next_chunk():
-                    chunk = self._decodes.decode(decoder, gathered)
-                    schedule.chunk_done(len(gathered))
-                    gathered = []
-        if gathered:  # left-over frames: no chunk was handed out after them
-            chunk = self._decodes.decode(decoder, gathered)
-        if chunk is not None:
+                chunks.add(job.frame)
+        for chunk in chunks.rest():
             yield Pending(self._decodes, chunk)
 
     def _reference_codes(self, reference: Reference) -> np.ndarray:

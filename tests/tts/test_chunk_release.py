@@ -1,0 +1,102 @@
+"""Spreading the chunk decodes of concurrent requests across rounds: eight
+requests that started together hand over their chunks so that no round
+decodes much more than one chunk's frames, each chunk still holds the frames
+the ``ChunkSchedule`` gives it, and each request's audio is what it would
+get decoded alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlx_speech.engine import shared_engine
+from mlx_speech.families.chunk_schedule import ChunkSchedule
+from mlx_speech.families.moss_nano.batch import FRAMES_PER_ROUND, CodecBatch
+from mlx_speech.families.moss_nano.chunk_release import ChunkRelease
+from mlx_speech.families.moss_nano.codec import DecoderState, decode_together, with_channels
+
+REQUESTS, FRAMES = 8, 70
+
+
+def _planned_chunks(frames: int) -> list[int]:
+    schedule, sizes, left = ChunkSchedule(), [], frames
+    while left:
+        size = min(left, schedule.frames_for_next_chunk())
+        sizes.append(size)
+        schedule.chunk_done(size)
+        left -= size
+    return sizes
+
+
+def _lockstep(tts) -> dict:
+    """Worker thread: ``REQUESTS`` releases fed a frame each per round, as a
+    burst's requests are, the shared decode flushed after every round; then
+    each request's frames decoded alone in the planned chunks."""
+    import mlx.core as mx
+
+    service = tts._service
+    codec, n_vq = service._codec, service._model.config.n_vq
+    numerics = service._decodes._numerics
+    decodes = CodecBatch(codec, n_vq, numerics)
+    rng = np.random.default_rng(3)
+    frames = [
+        [mx.array(rng.integers(0, 64, (n_vq,)), dtype=mx.int32) for _ in range(FRAMES)]
+        for _ in range(REQUESTS)
+    ]
+    releases = [ChunkRelease(decodes, DecoderState(codec)) for _ in range(REQUESTS)]
+    rests = [release.rest() for release in releases]  # lazy: used after the frames
+    handed: list[list] = [[] for _ in range(REQUESTS)]  # (round, output)
+    round_, handed_now = 0, []
+    while round_ <= FRAMES or handed_now:
+        handed_now = []
+        for index, release in enumerate(releases):
+            if round_ < FRAMES:
+                release.add(frames[index][round_])
+                chunk = release.due()
+            else:
+                chunk = next(rests[index], None)
+            if chunk is not None:
+                handed[index].append((round_, chunk))
+                handed_now.append(chunk)
+        decodes.flush(REQUESTS)
+        round_ += 1
+    per_frame = service.samples_per_frame
+    sizes = [[len(out.result().samples) // per_frame for _, out in h] for h in handed]
+    per_round: dict[int, int] = {}
+    for request, request_sizes in zip(handed, sizes, strict=True):
+        for (at, _), size in zip(request, request_sizes, strict=True):
+            per_round[at] = per_round.get(at, 0) + size
+    alone = []
+    for request_frames in frames:
+        state, samples, start = DecoderState(codec), [], 0
+        for size in _planned_chunks(FRAMES):
+            chunk = request_frames[start : start + size]
+            (decoded,) = decode_together(codec, n_vq, [(state, chunk)], numerics)
+            samples.append(np.asarray(with_channels(decoded, 1)))
+            start += size
+        alone.append(np.concatenate(samples))
+    return {
+        "per_round": per_round,
+        "sizes": sizes,
+        "rounds": [[at for at, _ in request] for request in handed],
+        "heard": [np.concatenate([out.result().samples for _, out in h]) for h in handed],
+        "alone": alone,
+    }
+
+
+def test_a_burst_spreads_its_chunk_decodes_across_rounds(speaking_tts):
+    result = shared_engine().call(lambda: _lockstep(speaking_tts))
+    plan = _planned_chunks(FRAMES)
+    assert all(sizes == plan for sizes in result["sizes"])  # the chunks are unchanged
+    assert all(rounds[0] == 0 for rounds in result["rounds"])  # first chunks never wait
+    within_frames = [n for at, n in result["per_round"].items() if at < FRAMES]
+    assert max(within_frames) <= FRAMES_PER_ROUND
+    ends = np.cumsum(plan) - 1  # the round each chunk's last frame arrives
+    for rounds in result["rounds"]:
+        for chunk, handed in enumerate(rounds[:-1]):
+            assert ends[chunk] <= handed
+            assert chunk + 1 == len(plan) - 1 or handed <= ends[chunk + 1]
+    waited = [rounds[3] - ends[3] for rounds in result["rounds"]]  # 8-frame chunks
+    assert max(waited) > 0  # the lockstep really was spread
+    for heard, alone in zip(result["heard"], result["alone"], strict=True):
+        assert heard.shape == alone.shape
+        np.testing.assert_allclose(heard, alone, atol=1e-6)
