@@ -13,7 +13,7 @@ from pathlib import Path
 from .audio import Audio
 from .engine import shared_engine
 from .errors import GenerationError, ModelLoadError
-from .families import LoadOptions
+from .families import QUANTIZE_BITS, LoadOptions
 from .registry import family_loader, resolve_model_dir
 from .tts import TTS
 from .voice_store import VoiceStore
@@ -36,6 +36,7 @@ def load(
     voices_dir: str | Path | VoiceStore | None = None,
     voice_aliases: dict[str, str] | None = None,
     normalize: bool = True,
+    quantize: int | None = None,
 ) -> TTS:
     """Load a checkpoint (local directory or hub id); its family comes from config.json.
 
@@ -43,14 +44,20 @@ def load(
     is the ``VoiceStore`` to share with the caller; ``voice="NAME"`` then uses one.
     ``voice_aliases`` maps names clients send (``{"alloy": "grandma"}``) to voices.
     ``normalize`` is the default of each request's text normalization.
+    ``quantize`` (8 or 4) quantizes MOSS-TTS-Nano's transformer weights to
+    that many bits as they load (the codec stays float).
     """
+    if quantize is not None and (
+        quantize not in QUANTIZE_BITS or not isinstance(quantize, int)
+    ):
+        raise ValueError(f"quantize must be 8, 4 or None (bits), got {quantize!r}")
     model_dir = resolve_model_dir(model)
     loader = family_loader(model_dir)
     engine = shared_engine()
 
     def load_on_worker():
         try:
-            return loader(model_dir, LoadOptions(max_batch=engine.max_batch))
+            return loader(model_dir, LoadOptions(engine.max_batch, quantize))
         except ModelLoadError:
             raise
         except Exception as error:

@@ -18,6 +18,7 @@ import numpy as np
 from . import DEFAULT_MODEL
 from .blas import active_blas, use_fast_blas
 from .errors import shown
+from .families import QUANTIZE_BITS
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
 from .http.adapter import END_EARLY_SECONDS
 from .settings import ServerSettings
@@ -52,6 +53,17 @@ def _model_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _quantize_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quantize",
+        type=int,
+        default=None,
+        choices=QUANTIZE_BITS,
+        help="quantize MOSS-TTS-Nano's transformer weights to this many bits as they "
+        "load (faster on Apple Silicon; the codec stays float; default: as stored)",
+    )
+
+
 # The sampling keywords (``SamplingOptions``), each a flag of ``speak``.
 SAMPLING_FLAGS = [
     ("seed", int, "make sampling reproducible"),
@@ -77,6 +89,7 @@ def _speak_parser(commands) -> None:
         "sentence once it is complete",
     )
     _model_argument(speak)
+    _quantize_argument(speak)
     voice = speak.add_mutually_exclusive_group()
     voice.add_argument(
         "--voice",
@@ -194,6 +207,7 @@ def _serve_parser(commands) -> None:
         "/v1/audio/voices, /v1/models, /health and /metrics.",
     )
     _model_argument(serve)
+    _quantize_argument(serve)
     host, port = _setting("host"), _setting("port")
     serve.add_argument(
         "--host", default=host, help=f"address to listen on (default: {host})"
@@ -324,6 +338,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
             Path(args.allowed_local_media_path) if args.allowed_local_media_path else None
         ),
         normalize=args.normalize,
+        quantize=args.quantize,
     )
 
 
@@ -536,7 +551,9 @@ def _speak(args: argparse.Namespace) -> None:
         format_for_path(output, args.format)  # a bad name fails before any work
         if not Path(output).absolute().parent.is_dir():
             raise RuntimeError(f"cannot write {output}: its directory does not exist")
-    tts = mlx_speech.load(args.model or DEFAULT_MODEL, voices_dir=args.voices_dir)
+    tts = mlx_speech.load(
+        args.model or DEFAULT_MODEL, voices_dir=args.voices_dir, quantize=args.quantize
+    )
     player = Player(tts.sample_rate, args.channels or 1) if args.play else None
     started = time.perf_counter()
     first_audio = None

@@ -55,7 +55,7 @@ __all__ = ["ModelSlot", "ServerSettings", "create_app", "uvicorn_config"]
 
 log = logging.getLogger("mlx_speech.server")
 
-# ``load(model, voices_dir=the server's store, voice_aliases=…)`` → the model;
+# ``load(model, voices_dir=the server's store, voice_aliases=…, quantize=…)`` → the model;
 # ``mlx_speech.load`` is one.
 Loader = Callable[..., TTS]
 
@@ -70,9 +70,11 @@ class ModelSlot:
         store: VoiceStore,
         aliases: dict[str, str],
         normalize: bool = True,
+        quantize: int | None = None,
     ):
         self.name = model
         self._normalize = normalize
+        self._quantize = quantize
         self.tts: TTS | None = None
         self.error: Exception | None = None
         # Called (on the loading thread) when loading failed: a server with no
@@ -89,7 +91,9 @@ class ModelSlot:
         log.info("loading %s", self.name)
         started = time.perf_counter()
         try:
-            tts = load(self.name, voices_dir=store, voice_aliases=aliases)
+            tts = load(
+                self.name, voices_dir=store, voice_aliases=aliases, quantize=self._quantize
+            )
             tts.normalize = self._normalize
             self.tts = tts
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
@@ -389,6 +393,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
         app.state.store,
         dict(settings.voice_aliases),
         normalize=settings.normalize,
+        quantize=settings.quantize,
     )
     return app
 

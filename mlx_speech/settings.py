@@ -36,6 +36,7 @@ class ServerSettings:
     voice_aliases: tuple[tuple[str, str], ...] = ()  # (name clients send, voice)
     allowed_local_media_path: Path | None = None  # None: file:// refused
     normalize: bool = True  # a request's text normalization when it does not say
+    quantize: int | None = None  # bits of MOSS-TTS-Nano's transformer weights
 
     @property
     def max_body_bytes(self) -> int:

@@ -13,15 +13,29 @@ from typing import Any
 
 from ..audio import Audio
 from ..engine.batching import Pending
+from ..errors import ModelLoadError
 from .fields import SpeechInput
+
+QUANTIZE_BITS = (8, 4)
 
 
 @dataclass(frozen=True)
 class LoadOptions:
     """What a model is loaded for. ``max_batch``: requests the worker steps
-    together (a family that batches prepares those shapes while loading)."""
+    together (a family that batches prepares those shapes while loading).
+    ``quantize``: bits of the transformer weights (one of ``QUANTIZE_BITS``),
+    or ``None`` for the checkpoint's own."""
 
     max_batch: int = 1
+    quantize: int | None = None
+
+    def refuse_quantize(self, family: str) -> None:
+        """For a family whose weights are only served as the checkpoint has them."""
+        if self.quantize is not None:
+            raise ModelLoadError(
+                f"quantize is supported for MOSS-TTS-Nano checkpoints only; "
+                f"this one is {family}"
+            )
 
 
 DEFAULT_LOAD = LoadOptions()

@@ -25,6 +25,7 @@ def test_serve_without_flags_runs_with_the_default_settings():
         (["--max-batch", "2"], "max_batch", 2),
         (["--voice-alias", "alloy=grandma"], "voice_aliases", (("alloy", "grandma"),)),
         (["--cors-origin", "*"], "cors_origins", ("*",)),
+        (["--quantize", "4"], "quantize", 4),
     ],
 )
 def test_each_flag_sets_its_field(flags, field, value):

@@ -15,7 +15,8 @@ parameters as nested dicts.
 
 Every matrix product goes through ``product``: MLX's (``linear``) by default,
 or one computed outside MLX's graph (``row_products``), in which case the
-work between two products runs as small compiled functions of its own.
+work between two products runs as small compiled functions of its own. A
+quantized layer (``--quantize``) always takes MLX's quantized product.
 """
 
 from __future__ import annotations
@@ -172,7 +173,27 @@ local_step_compiled = mx.compile(local_step)
 
 
 def _apply(product: Product, layer, x: mx.array) -> mx.array:
+    if "scales" in layer:
+        return _quantized_linear(layer, x)
     return product(x, layer["weight"], layer.get("bias"))
+
+
+def _quantized_linear(layer, x: mx.array) -> mx.array:
+    """mlx's ``QuantizedLinear`` on its parameters; its group size and bits
+    follow from the shapes (``weight`` packs ``bits``-bit values into 32-bit
+    words, ``scales`` has one column per group)."""
+    width = x.shape[-1]
+    weight, scales = layer["weight"], layer["scales"]
+    out = mx.quantized_matmul(
+        x,
+        weight,
+        scales,
+        layer.get("biases"),
+        transpose=True,
+        group_size=width // scales.shape[-1],
+        bits=32 * weight.shape[-1] // width,
+    )
+    return out + layer["bias"] if "bias" in layer else out
 
 
 def _between_products(product: Product, piece: Callable) -> Callable:

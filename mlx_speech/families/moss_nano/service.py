@@ -40,6 +40,7 @@ from .codec import DecoderState, encode, samples_per_frame
 from .codec_math import CodecMath, codec_math
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
+from .quantize import quantize_transformers
 from .row_products import RowProducts, row_products
 from .sampling import GREEDY_HEAD, HeadSampler, KeySequence
 
@@ -258,11 +259,14 @@ def _frame_sampling(options: SamplingOptions) -> FrameSampling:
 
 
 def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoService:
-    """Worker thread: the model with mlx-audio's loader, then its codec; then
-    a warm-up of the shapes ``options.max_batch`` requests will use."""
+    """Worker thread: the model with mlx-audio's loader (its blocks quantized
+    when ``options.quantize`` asks), then its codec; then a warm-up of the
+    shapes ``options.max_batch`` requests will use."""
     model = load_model(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(f"{model_dir} has no tokenizer.model")
+    if options.quantize is not None:
+        quantize_transformers(model, options.quantize)
     fallback = model.config.audio_tokenizer_pretrained_name_or_path
     try:
         codec = MossAudioTokenizer.from_model_dir(model_dir, fallback_source=fallback)

@@ -228,7 +228,8 @@ class Qwen3Service(SpeechService):
 
 def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> Qwen3Service:
     """Worker thread: mlx-audio's loader, which only prints when parts fail.
-    (Requests are stepped one at a time: ``options`` ask nothing of it.)"""
+    (Requests are stepped one at a time: ``max_batch`` asks nothing of it.)"""
+    options.refuse_quantize("Qwen3-TTS")
     model, printed = load_quietly(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(

@@ -119,7 +119,8 @@ class VoxCPM2Service(SpeechService):
 
 def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> VoxCPM2Service:
     """Worker thread: mlx-audio's loader. (Requests are stepped one at a
-    time: ``options`` ask nothing of it.)"""
+    time: ``max_batch`` asks nothing of it.)"""
+    options.refuse_quantize("VoxCPM2")
     model, _ = load_quietly(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(
