@@ -3,6 +3,7 @@ against our buffered ``speak`` and our ``stream``, on the same checkpoint,
 text, reference clip and greedy decoding.
 
     python bench/bench_nano.py CHECKPOINT [--frames 40] [--steady 20 60] [--json out.json]
+    python bench/bench_nano.py CHECKPOINT --with-chat-model [--chat-bits 4] [--requests 6]
 
 Reports steady ms/frame (from two lengths, so prefill and fixed costs cancel),
 time to first audio (new reference, then the same reference again: cached),
@@ -13,6 +14,8 @@ drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
 pass --reference-blas to measure the bundled reference BLAS instead, and set
 MLX_SPEECH_EXACT=1 to measure our reference mode (no sgemv products).
+With --with-chat-model it measures our streams alone and beside a chat model
+of Llama-3.2-1B's size in the same process instead (``beside_chat``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,17 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument(
         "--reference-blas", action="store_true", help="do not switch to the system OpenBLAS"
+    )
+    parser.add_argument(
+        "--with-chat-model",
+        action="store_true",
+        help="measure streams alone, beside an idle and a generating chat model",
+    )
+    parser.add_argument(
+        "--chat-bits", type=int, default=4, help="the chat model's quantization (0: float)"
+    )
+    parser.add_argument(
+        "--requests", type=int, default=6, help="with --with-chat-model: per condition"
     )
     return parser.parse_args()
 
@@ -137,6 +151,9 @@ def main() -> None:
     from mlx_speech.families.moss_nano.row_products import row_products
 
     blas = active_blas()
+    if args.with_chat_model:
+        _beside_chat(args, mlx_speech.load(args.checkpoint), blas)
+        return
     empty = _active_mib()
     tts = mlx_speech.load(args.checkpoint)
     ours_loaded = _active_mib()
@@ -213,6 +230,23 @@ def main() -> None:
     _print_table(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _beside_chat(args, tts, blas: str) -> None:
+    import beside_chat
+
+    bits = args.chat_bits or None
+    results = beside_chat.run(tts, args.requests, args.frames, bits)
+    print(
+        f"checkpoint {args.checkpoint}; BLAS {blas}; {args.requests} streamed requests of "
+        f"{args.frames} frames per condition, greedy; chat model: Llama-3.2-1B "
+        f"dimensions, {f'{bits}-bit' if bits else 'float32'}"
+    )
+    beside_chat.print_table(results)
+    if args.json:
+        record = {"checkpoint": args.checkpoint, "blas": blas, "frames": args.frames}
+        record |= {"requests": args.requests, "chat_bits": bits, "conditions": results}
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def _print_table(r: dict) -> None:
