@@ -3,9 +3,10 @@
     python bench/profile_frame.py CHECKPOINT [--repeats 3]
 
 Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
-``generate()`` of 60 frames minus 20, over 40); our frame step (one request,
-greedy, after 24 frames) in the reference mode and, where OpenBLAS is loaded,
-with its products through sgemv; MLX's matrix products alone, in the step's order
+``generate()`` of 60 frames minus 20, over 40); our frame step (one request
+after 24 frames) greedy, and sampled (the default) in the reference mode and,
+where OpenBLAS is loaded, with its products through sgemv (a greedy request
+keeps MLX's); MLX's matrix products alone, in the step's order
 and shapes (12 global layers, 17 local positions, 16 codebook heads and the
 text head: the floor the step cannot go under while MLX computes them with
 ``sgemm``); and our codec decode per frame in 16-frame chunks. Prints the best
@@ -42,16 +43,17 @@ def _their_steady_ms(theirs) -> float:
     return (seconds(60) - short) / 40 * 1000
 
 
-def _our_step_ms(model, products=None, frames: int = 16):
+def _our_step_ms(model, products=None, frames: int = 16, greedy: bool = True):
     """→ ms per frame step (the lone request's products through ``products``
-    when given), and the frames it made."""
+    when given: they apply to sampling requests only), and the frames it made."""
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.loop import FrameJob, step
     from mlx_speech.families.moss_nano.sampling import KeySequence
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
-    sampling = _frame_sampling(replace(DEFAULTS, temperature=0.0, max_new_tokens=10**6))
+    options = replace(DEFAULTS, max_new_tokens=10**6)
+    sampling = _frame_sampling(replace(options, temperature=0.0) if greedy else options)
     prompt, _ = model.build_inference_input_ids(
         text=TEXT, tokenizer=model.tokenizer, mode="continuation"
     )
@@ -134,12 +136,14 @@ def main() -> None:
     for _ in range(args.repeats):
         runs.setdefault("mlx-audio steady frame", []).append(_their_steady_ms(theirs))
         step_ms, made = _our_step_ms(model)
-        runs.setdefault("our frame step, reference mode", []).append(step_ms)
+        runs.setdefault("our frame step, greedy", []).append(step_ms)
         products_ms = _products_alone_ms(model)
         runs.setdefault("  MLX's matrix products alone", []).append(products_ms)
+        sampled_ms = _our_step_ms(model, greedy=False)[0]
+        runs.setdefault("our frame step, sampled", []).append(sampled_ms)
         if products is not None:
-            runs.setdefault("our frame step, sgemv products", []).append(
-                _our_step_ms(model, products)[0]
+            runs.setdefault("  sampled, sgemv products", []).append(
+                _our_step_ms(model, products, greedy=False)[0]
             )
         decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
         runs.setdefault("our codec decode per frame", []).append(decode_ms)

@@ -61,3 +61,33 @@ def test_rows_drawn_together_equal_mlx_categorical_row_by_row():
             for row in range(8)
         ]
         assert categorical_rows(scores, keys).tolist() == alone
+
+
+def test_the_compiled_filters_and_draw_equal_mlx_audio_and_mlx_categorical():
+    """Temperature, top-k and top-p compiled together (the values entering as
+    arrays) give mlx-audio's filtered scores and MLX's categorical draw, for
+    the edge values too (no top-k, top-k past the vocabulary, top-p 1)."""
+    import mlx.core as mx
+    from mlx_audio.tts.models.moss_tts_nano.sampling import apply_top_k, apply_top_p
+
+    from mlx_speech.families.moss_nano.sampling import HeadSampler, _filtered_draw
+
+    cases = [
+        (0.8, 25, 0.95),
+        (1.0, 50, 1.0),
+        (0.3, 0, 0.5),
+        (1.7, 300, 0.9),
+        (0.8, 1, 0.95),
+    ]
+    cases += [(0.1 + 0.37 * t, 3 + 7 * t, 0.55 + 0.04 * t) for t in range(10)]
+    for trial, (temperature, top_k, top_p) in enumerate(cases):
+        logits = mx.random.normal((6, 256), key=mx.random.key(trial)) * (1 + trial % 3)
+        keys = [mx.random.key(500 * trial + row) for row in range(6)]
+        scores = apply_top_p(apply_top_k(logits / temperature, top_k), top_p)
+        expected = [
+            mx.random.categorical(scores[row : row + 1], axis=-1, key=keys[row]).item()
+            for row in range(6)
+        ]
+        uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=k) for k in keys])
+        sampler = HeadSampler(temperature, top_k, top_p)
+        assert _filtered_draw(logits, uniform, sampler).tolist() == expected, sampler

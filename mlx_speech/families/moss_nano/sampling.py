@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_audio.tts.models.moss_tts_nano.sampling import apply_top_k, apply_top_p
+import mlx.nn as nn
 
 
 class KeySequence:
@@ -58,14 +58,67 @@ def sample_rows(
     return mx.concatenate(tokens)
 
 
-def _draw(
-    part: mx.array, sampler: HeadSampler, draws: list, rows: list[int]
-) -> mx.array:
+def _draw(part: mx.array, sampler: HeadSampler, draws: list, rows: list[int]) -> mx.array:
     if sampler.temperature == 0:
         return mx.argmax(part, axis=-1).astype(mx.int32)
-    scores = apply_top_k(part / float(sampler.temperature), sampler.top_k)
-    scores = apply_top_p(scores, sampler.top_p)
-    return categorical_rows(scores, [draws[row][1].next() for row in rows])
+    keys = [draws[row][1].next() for row in rows]
+    uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=key) for key in keys])
+    return _filtered_draw(part, uniform, sampler)
+
+
+def _filtered_draw(logits: mx.array, uniform: mx.array, sampler: HeadSampler) -> mx.array:
+    """mlx-audio's temperature, top-k and top-p filters, then each row's draw
+    with its ``uniform``, as one compiled function: a few dozen small
+    operations per head and frame run as a handful of fused kernels, with the
+    same numbers. The temperature and the top-p threshold enter as arrays, so
+    a new value is not a new compiled function; ``top_k`` sets shapes, and
+    MLX traces again for each value used (a few milliseconds, once)."""
+    vocab = logits.shape[-1]
+    top_k = sampler.top_k if 0 < sampler.top_k < vocab else 0
+    # mlx-audio compares with the float ``1 - top_p``, rounded to float32.
+    threshold = None if not 0 < sampler.top_p < 1 else mx.array(1 - sampler.top_p)
+    temperature = mx.array(float(sampler.temperature))
+    return _filtered_draw_compiled(logits, uniform, temperature, top_k, threshold)
+
+
+@mx.compile
+def _filtered_draw_compiled(
+    logits: mx.array,
+    uniform: mx.array,
+    temperature: mx.array,
+    top_k: int,
+    top_p_threshold: mx.array | None,
+) -> mx.array:
+    scores = logits / temperature
+    if top_k:
+        scores = _keep_top_k(scores, top_k)
+    if top_p_threshold is not None:
+        scores = _keep_top_p(scores, top_p_threshold)
+    return _inverse_cdf(scores, uniform)
+
+
+def _keep_top_k(scores: mx.array, top_k: int) -> mx.array:
+    """mlx-audio's ``apply_top_k``: all but the ``top_k`` largest become -inf."""
+    logprobs = nn.log_softmax(scores, axis=-1)
+    dropped = mx.argpartition(-logprobs, kth=top_k - 1, axis=-1)[..., top_k:]
+    filtered = mx.put_along_axis(
+        logprobs, dropped, mx.array(-float("inf"), logprobs.dtype), axis=-1
+    )
+    return mx.where(filtered == -mx.inf, -mx.inf, scores)
+
+
+def _keep_top_p(scores: mx.array, threshold: mx.array) -> mx.array:
+    """mlx-audio's ``apply_top_p``: tokens whose probability, added to those of
+    every less likely token, stays at or below ``1 - top_p`` become -inf."""
+    logprobs = nn.log_softmax(scores, axis=-1)
+    order = mx.argsort(logprobs, axis=-1)
+    running = mx.cumsum(mx.take_along_axis(mx.exp(logprobs), order, axis=-1), axis=-1)
+    positions = mx.put_along_axis(
+        mx.zeros_like(order), order, mx.arange(order.shape[-1], dtype=order.dtype), axis=-1
+    )
+    running = mx.take_along_axis(running, positions, axis=-1)
+    kept = mx.where(running > threshold, logprobs, -float("inf"))
+    return mx.where(kept == -mx.inf, -mx.inf, scores)
 
 
 def categorical_rows(scores: mx.array, keys: list[mx.array]) -> mx.array:
@@ -78,13 +131,17 @@ def categorical_rows(scores: mx.array, keys: list[mx.array]) -> mx.array:
     running them on all rows gives each row's own draw; the seeded parity
     tests hold this to ``mx.random.categorical``.
     """
+    uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=key) for key in keys])
+    return _inverse_cdf(scores, uniform)
+
+
+def _inverse_cdf(scores: mx.array, uniform: mx.array) -> mx.array:
     top = mx.max(scores, axis=-1, keepdims=True)
     weights = mx.where(
         mx.isinf(top), (scores == top).astype(scores.dtype), mx.exp(scores - top)
     )
     running = mx.cumsum(weights, axis=-1)
     total = mx.sum(weights, axis=-1, keepdims=True)
-    uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=key) for key in keys])
     return mx.sum(running < uniform * total, axis=-1).astype(mx.int32)
 
 
