@@ -91,3 +91,21 @@ def test_the_compiled_filters_and_draw_equal_mlx_audio_and_mlx_categorical():
         uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=k) for k in keys])
         sampler = HeadSampler(temperature, top_k, top_p)
         assert _filtered_draw(logits, uniform, sampler).tolist() == expected, sampler
+
+
+def test_uniforms_drawn_together_equal_each_sequence_drawn_in_turn():
+    """Every codebook's draw of every request, taken at once, are the draws
+    each request's keys give one by one, and the sequences move on alike."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.sampling import KeySequence, draw_uniforms
+
+    together = [KeySequence(seed) for seed in (0, 7, 123)]
+    alone = [KeySequence(seed) for seed in (0, 7, 123)]
+    uniforms = draw_uniforms(together, 16)
+    for position, sequence in enumerate(alone):
+        for count in range(16):
+            expected = mx.random.uniform(shape=(1, 1), key=sequence.next())
+            assert uniforms[count, position].item() == expected.item()
+    for mine, theirs in zip(together, alone, strict=True):
+        assert mine.next().tolist() == theirs.next().tolist()

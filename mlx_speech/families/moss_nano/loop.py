@@ -28,7 +28,10 @@ from .sampling import (
     HeadSampler,
     KeySequence,
     RepetitionHistory,
+    draw_uniforms,
+    is_random,
     penalize_repeats,
+    pick_rows,
     sample_rows,
 )
 
@@ -130,10 +133,22 @@ def step(
         return
     previous = mx.broadcast_to(model.transformer.wte(slot), (len(jobs), hidden.shape[-1]))
     seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
+    samplers = [job.sampling.audio if going[i] else None for i, job in enumerate(jobs)]
+    sampled = [index for index, sampler in enumerate(samplers) if is_random(sampler)]
+    uniforms = None
+    if sampled:  # every codebook's draw of each sampling job, taken at once
+        sequences = [jobs[index].keys for index in sampled]
+        uniforms = draw_uniforms(sequences, len(model.audio_embeddings))
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
         logits = head(local(previous), embedding.weight)
-        code = _sample_codes(jobs, going, seen[:, channel], logits)
+        logits = penalize_repeats(
+            logits,
+            seen[:, channel, : logits.shape[-1]],
+            [job.sampling.repetition_penalty for job in jobs],
+        )
+        channel_uniforms = None if uniforms is None else uniforms[channel]
+        code = pick_rows(logits, samplers, channel_uniforms, sampled)
         codes.append(code)
         previous = embedding(code)
     frames = mx.stack(codes, axis=1)  # [jobs, n_vq]
@@ -179,23 +194,6 @@ def _text_head_continues(
     logits = local_hidden @ model.transformer.wte.weight[candidates].T
     choices = sample_rows(logits, [(job.sampling.text, job.keys) for job in jobs])
     return [choice == 0 for choice in choices.tolist()]
-
-
-def _sample_codes(
-    jobs: list[FrameJob], going: list[bool], seen: mx.array, logits: mx.array
-) -> mx.array:
-    """One code per job for one codebook; stopped jobs get a placeholder 0.
-    ``seen``: each job's history of this codebook, ``[jobs, vocab]``."""
-    logits = penalize_repeats(
-        logits,
-        seen[:, : logits.shape[-1]],
-        [job.sampling.repetition_penalty for job in jobs],
-    )
-    draws = [
-        (job.sampling.audio, job.keys) if going[index] else None
-        for index, job in enumerate(jobs)
-    ]
-    return sample_rows(logits, draws)
 
 
 def frames(

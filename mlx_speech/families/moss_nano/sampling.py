@@ -22,6 +22,28 @@ class KeySequence:
         return subkey
 
 
+def draw_uniforms(sequences: list[KeySequence], count: int) -> mx.array:
+    """The uniforms of each sequence's next ``count`` draws, ``[count,
+    len(sequences), 1]``: what ``mx.random.uniform(shape=(1, 1),
+    key=sequence.next())`` gives, ``count`` times per sequence, computed for
+    every sequence at once (a frame of eight requests would otherwise make
+    hundreds of tiny operations). Each sequence moves on by ``count`` keys."""
+    keys = mx.stack([sequence._key for sequence in sequences])
+    subkeys = []
+    for _ in range(count):
+        pairs = _split_each(keys)
+        keys = pairs[:, 0]
+        subkeys.append(pairs[:, 1])
+    uniforms = _uniform_each(mx.concatenate(subkeys))
+    for position, sequence in enumerate(sequences):
+        sequence._key = keys[position]
+    return uniforms.reshape(count, len(sequences), 1)
+
+
+_split_each = mx.vmap(mx.random.split)
+_uniform_each = mx.vmap(lambda key: mx.random.uniform(shape=(1,), key=key))
+
+
 @dataclass(frozen=True)
 class HeadSampler:
     """How one head draws its token; ``temperature == 0`` is greedy."""
@@ -38,19 +60,44 @@ def sample_rows(
     logits: mx.array, draws: list[tuple[HeadSampler, KeySequence] | None]
 ) -> mx.array:
     """One token per row of ``logits``, each row with its own sampler and keys
-    (``None``: a placeholder 0). Rows that share a sampler are filtered and
-    drawn together; every operation works row by row and each row draws with
-    its own key, so each row gets exactly the token it would get alone."""
-    tokens: list[mx.array | None] = [None] * len(draws)
+    (``None``: a placeholder 0); a sampling row takes its sequence's next key."""
+    samplers = [None if draw is None else draw[0] for draw in draws]
+    sampled = [row for row, sampler in enumerate(samplers) if is_random(sampler)]
+    uniforms = None
+    if sampled:
+        uniforms = draw_uniforms([draws[row][1] for row in sampled], 1)[0]
+    return pick_rows(logits, samplers, uniforms, sampled)
+
+
+def pick_rows(
+    logits: mx.array,
+    samplers: list[HeadSampler | None],
+    uniforms: mx.array | None,
+    sampled: list[int],
+) -> mx.array:
+    """One token per row with its sampler (``None``: a placeholder 0);
+    ``uniforms[i]`` is the draw of row ``sampled[i]``, the rows that sample.
+    Rows that share a sampler are filtered and drawn together; every
+    operation works row by row, so each row gets the token it would get alone."""
+    tokens: list[mx.array | None] = [None] * len(samplers)
     groups: dict[HeadSampler, list[int]] = {}
-    for row, draw in enumerate(draws):
-        if draw is None:
+    for row, sampler in enumerate(samplers):
+        if sampler is None:
             tokens[row] = mx.zeros((1,), dtype=mx.int32)
         else:
-            groups.setdefault(draw[0], []).append(row)
+            groups.setdefault(sampler, []).append(row)
     for sampler, rows in groups.items():
-        everyone = len(rows) == len(draws)
-        picked = _draw(logits if everyone else logits[mx.array(rows)], sampler, draws, rows)
+        everyone = len(rows) == len(samplers)
+        part = logits if everyone else logits[mx.array(rows)]
+        if not is_random(sampler):
+            picked = mx.argmax(part, axis=-1).astype(mx.int32)
+        else:
+            positions = [sampled.index(row) for row in rows]
+            if positions != list(range(len(sampled))):
+                uniforms_of_rows = uniforms[mx.array(positions)]
+            else:
+                uniforms_of_rows = uniforms
+            picked = _filtered_draw(part, uniforms_of_rows, sampler)
         if everyone:
             return picked
         for position, row in enumerate(rows):
@@ -58,12 +105,9 @@ def sample_rows(
     return mx.concatenate(tokens)
 
 
-def _draw(part: mx.array, sampler: HeadSampler, draws: list, rows: list[int]) -> mx.array:
-    if sampler.temperature == 0:
-        return mx.argmax(part, axis=-1).astype(mx.int32)
-    keys = [draws[row][1].next() for row in rows]
-    uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=key) for key in keys])
-    return _filtered_draw(part, uniform, sampler)
+def is_random(sampler: HeadSampler | None) -> bool:
+    """Whether a row with this sampler draws (and so takes a key)."""
+    return sampler is not None and sampler.temperature != 0
 
 
 def _filtered_draw(logits: mx.array, uniform: mx.array, sampler: HeadSampler) -> mx.array:
