@@ -204,6 +204,7 @@ def main() -> None:
             "total_s": round(their_total, 3),
             "rtf": round(their_total / audio_seconds, 3),
             "peak_memory_mib": round(their_memory),
+            "resident_memory_mib": round(their_resident),
         },
         "ours_buffered": {
             "total_s": round(buffered_total, 3),
@@ -216,6 +217,7 @@ def main() -> None:
             "total_s": round(stream_total, 3),
             "rtf": round(stream_total / (stream_samples / rate), 3),
             "peak_memory_mib": round(our_memory),
+            "resident_memory_mib": round(our_resident),
         },
         "ratios": {
             "steady_ms_per_frame_ours_over_mlx_audio": round(our_steady / their_steady, 3),

@@ -9,8 +9,9 @@ where OpenBLAS is loaded, with its products through sgemv (a greedy request
 keeps MLX's); MLX's matrix products alone, in the step's order
 and shapes (12 global layers, 17 local positions, 16 codebook heads and the
 text head: the floor the step cannot go under while MLX computes them with
-``sgemm``); and our codec decode per frame in 16-frame chunks. Prints the best
-of each and what share of mlx-audio's frame it is. On Linux it re-runs itself
+``sgemm``), alone and for ``--batch`` requests stepped together; and our
+codec decode per frame in 16-frame chunks. Prints the best of each and what
+share of mlx-audio's frame it is. On Linux it re-runs itself
 with the system OpenBLAS when one is installed (pass --reference-blas to keep
 the bundled reference BLAS).
 """
@@ -29,6 +30,7 @@ def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8, help="rows of the batched products")
     parser.add_argument("--reference-blas", action="store_true")
     return parser.parse_args()
 
@@ -70,8 +72,9 @@ def _our_step_ms(model, products=None, frames: int = 16, greedy: bool = True):
     return (time.perf_counter() - started) / frames * 1000, made
 
 
-def _products_alone_ms(model) -> float:
-    """The frame step's matrix products, chained as in the step."""
+def _products_alone_ms(model, rows: int = 1) -> float:
+    """The frame step's matrix products for ``rows`` requests stepped
+    together, chained as in the step."""
     import mlx.core as mx
 
     def linears(transformer):
@@ -87,7 +90,7 @@ def _products_alone_ms(model) -> float:
             outputs.append(h)
         return h
 
-    h = mx.random.normal((1, 1, model.config.gpt2_config.n_embd))
+    h = mx.random.normal((1, rows, model.config.gpt2_config.n_embd))
     mx.eval(h)
     started = time.perf_counter()
     outputs: list = []
@@ -139,6 +142,8 @@ def main() -> None:
         runs.setdefault("our frame step, greedy", []).append(step_ms)
         products_ms = _products_alone_ms(model)
         runs.setdefault("  MLX's matrix products alone", []).append(products_ms)
+        batch_ms = _products_alone_ms(model, args.batch)
+        runs.setdefault(f"  the same for {args.batch} rows", []).append(batch_ms)
         sampled_ms = _our_step_ms(model, greedy=False)[0]
         runs.setdefault("our frame step, sampled", []).append(sampled_ms)
         if products is not None:
