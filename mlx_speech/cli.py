@@ -60,7 +60,7 @@ def _quantize_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=QUANTIZE_BITS,
         help="quantize MOSS-TTS-Nano's transformer weights to this many bits as they "
-        "load (faster on Apple Silicon; the codec stays float; default: as stored)",
+        "load (less memory; the codec stays float; default: as stored)",
     )
 
 
