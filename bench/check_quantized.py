@@ -75,10 +75,10 @@ def _audio(service, codes: list) -> np.ndarray:
 
 
 def _seconds(service, frames: int) -> float:
-    started = time.perf_counter()
-    codes = _codes(service, TEXTS[0], frames)
     import mlx.core as mx
 
+    started = time.perf_counter()
+    codes = _codes(service, TEXTS[0], frames)
     mx.eval(codes)
     return time.perf_counter() - started
 

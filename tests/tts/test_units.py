@@ -48,7 +48,7 @@ def test_rows_drawn_together_equal_mlx_categorical_row_by_row():
     import mlx.core as mx
     from mlx_audio.tts.models.moss_tts_nano.sampling import apply_top_k, apply_top_p
 
-    from mlx_speech.families.moss_nano.sampling import categorical_rows
+    from mlx_speech.families.moss_nano.sampling import inverse_cdf
 
     for trial in range(40):
         logits = mx.random.normal((8, 256), key=mx.random.key(trial)) * (1 + trial % 4)
@@ -60,7 +60,8 @@ def test_rows_drawn_together_equal_mlx_categorical_row_by_row():
             mx.random.categorical(scores[row : row + 1], axis=-1, key=keys[row]).item()
             for row in range(8)
         ]
-        assert categorical_rows(scores, keys).tolist() == alone
+        uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=k) for k in keys])
+        assert inverse_cdf(scores, uniform).tolist() == alone
 
 
 def test_the_compiled_filters_and_draw_equal_mlx_audio_and_mlx_categorical():

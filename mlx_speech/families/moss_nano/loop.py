@@ -28,8 +28,7 @@ from .sampling import (
     HeadSampler,
     KeySequence,
     RepetitionHistory,
-    draw_uniforms,
-    is_random,
+    next_draws,
     penalize_repeats,
     pick_rows,
     sample_rows,
@@ -134,11 +133,9 @@ def step(
     previous = mx.broadcast_to(model.transformer.wte(slot), (len(jobs), hidden.shape[-1]))
     seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
     samplers = [job.sampling.audio if going[i] else None for i, job in enumerate(jobs)]
-    sampled = [index for index, sampler in enumerate(samplers) if is_random(sampler)]
-    uniforms = None
-    if sampled:  # every codebook's draw of each sampling job, taken at once
-        sequences = [jobs[index].keys for index in sampled]
-        uniforms = draw_uniforms(sequences, len(model.audio_embeddings))
+    # every codebook's draw of each sampling job, taken at once
+    sequences = [job.keys for job in jobs]
+    sampled, uniforms = next_draws(samplers, sequences, len(model.audio_embeddings))
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
         logits = head(local(previous), embedding.weight)

@@ -18,20 +18,15 @@ GROUP_SIZE = 64
 _BLOCKS = ("transformer.h.", "local_transformer.h.")
 
 
-def quantize_transformers(model: nn.Module, bits: int) -> int:
-    """Quantizes the blocks' linear layers of ``model`` in place (those
-    whose input width is a whole number of groups); returns how many."""
-    chosen: list[str] = []
+def quantize_transformers(model: nn.Module, bits: int) -> None:
+    """Quantizes the blocks' linear layers of ``model`` in place (those whose
+    input width is a whole number of groups)."""
 
-    def predicate(path: str, module: nn.Module) -> bool:
-        take = (
+    def chosen(path: str, module: nn.Module) -> bool:
+        return (
             isinstance(module, nn.Linear)
             and path.startswith(_BLOCKS)
             and module.weight.shape[-1] % GROUP_SIZE == 0
         )
-        if take:
-            chosen.append(path)
-        return take
 
-    nn.quantize(model, group_size=GROUP_SIZE, bits=bits, class_predicate=predicate)
-    return len(chosen)
+    nn.quantize(model, group_size=GROUP_SIZE, bits=bits, class_predicate=chosen)

@@ -62,11 +62,21 @@ def sample_rows(
     """One token per row of ``logits``, each row with its own sampler and keys
     (``None``: a placeholder 0); a sampling row takes its sequence's next key."""
     samplers = [None if draw is None else draw[0] for draw in draws]
+    sequences = [None if draw is None else draw[1] for draw in draws]
+    sampled, uniforms = next_draws(samplers, sequences, 1)
+    return pick_rows(logits, samplers, None if uniforms is None else uniforms[0], sampled)
+
+
+def next_draws(
+    samplers: list[HeadSampler | None], sequences: list[KeySequence | None], count: int
+) -> tuple[list[int], mx.array | None]:
+    """The rows that sample, and their next ``count`` uniforms (``[count,
+    rows that sample, 1]``, ``None`` when no row samples); only those rows'
+    sequences move on."""
     sampled = [row for row, sampler in enumerate(samplers) if is_random(sampler)]
-    uniforms = None
-    if sampled:
-        uniforms = draw_uniforms([draws[row][1] for row in sampled], 1)[0]
-    return pick_rows(logits, samplers, uniforms, sampled)
+    if not sampled:
+        return sampled, None
+    return sampled, draw_uniforms([sequences[row] for row in sampled], count)
 
 
 def pick_rows(
@@ -136,7 +146,7 @@ def _filtered_draw_compiled(
         scores = _keep_top_k(scores, top_k)
     if top_p_threshold is not None:
         scores = _keep_top_p(scores, top_p_threshold)
-    return _inverse_cdf(scores, uniform)
+    return inverse_cdf(scores, uniform)
 
 
 def _keep_top_k(scores: mx.array, top_k: int) -> mx.array:
@@ -163,21 +173,17 @@ def _keep_top_p(scores: mx.array, threshold: mx.array) -> mx.array:
     return mx.where(kept == -mx.inf, -mx.inf, scores)
 
 
-def categorical_rows(scores: mx.array, keys: list[mx.array]) -> mx.array:
-    """``mx.random.categorical(scores[i:i+1], key=keys[i])`` for every row at once.
+def inverse_cdf(scores: mx.array, uniform: mx.array) -> mx.array:
+    """``mx.random.categorical(scores[i:i+1], key=k_i)`` for every row at
+    once, given ``uniform[i]``, the uniform drawn with ``k_i``.
 
     MLX 0.32.4 draws from one row of logits by inverse CDF: weights
     ``exp(x - max)`` (a one-hot of the maximum when it is infinite), their
     running sum, and the first index whose running sum reaches ``u * total``
     for one uniform ``u`` drawn with the key. Those steps are row by row, so
-    running them on all rows gives each row's own draw; the seeded parity
-    tests hold this to ``mx.random.categorical``.
+    running them on all rows gives each row's own draw (tested against
+    ``mx.random.categorical``).
     """
-    uniform = mx.concatenate([mx.random.uniform(shape=(1, 1), key=key) for key in keys])
-    return _inverse_cdf(scores, uniform)
-
-
-def _inverse_cdf(scores: mx.array, uniform: mx.array) -> mx.array:
     top = mx.max(scores, axis=-1, keepdims=True)
     weights = mx.where(
         mx.isinf(top), (scores == top).astype(scores.dtype), mx.exp(scores - top)
