@@ -22,11 +22,15 @@ quantized layer (``--quantize``) always takes MLX's quantized product.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new, rotate_half
+
+from .exact_activations import exact_activations
+from .halves import in_halves
 
 Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows, heads, dim]
 
@@ -93,14 +97,15 @@ def block_output(
     eps: float,
     activation: str,
     product: Product = linear,
+    activate: Callable[[mx.array, str], mx.array] | None = None,
 ) -> mx.array:
     """The rest of the block after attention (``attended``: ``[batch, rows,
-    width]``): ``c_proj`` and the residual, then ``ln_2``, the MLP and its
-    residual."""
+    width]``): ``c_proj`` and the residual, then ``ln_2``, the MLP (its
+    activation through ``activate`` when given) and its residual."""
     projected = _apply(product, block["attn"]["c_proj"], attended)
     x, normed = _between_products(product, _add_and_norm)(x, projected, block["ln_2"], eps)
     inner = _apply(product, block["mlp"]["fc_in"], normed)
-    inner = _between_products(product, _activate)(inner, activation)
+    inner = (activate or _between_products(product, _activate))(inner, activation)
     return x + _apply(product, block["mlp"]["fc_out"], inner)
 
 
@@ -119,6 +124,7 @@ def local_step(
     blocks: tuple[BlockSettings, ...],
     final_eps: float,
     product: Product = linear,
+    activate: Callable[[mx.array, str], mx.array] | None = None,
 ) -> tuple[mx.array, list[tuple[mx.array, mx.array]]]:
     """The next position of a short transformer for ``batch`` sequences side
     by side (``x``: ``[batch, 1, width]``) → ``ln_f`` of its output, and the
@@ -143,7 +149,7 @@ def local_step(
             queries, keys, values, history, scale
         )
         grown.append(kept)
-        x = block_output(block, x, attended, eps, activation, product)
+        x = block_output(block, x, attended, eps, activation, product, activate)
     ln_f = transformer["ln_f"]
     return mx.fast.layer_norm(x, ln_f["weight"], ln_f["bias"], final_eps), grown
 
@@ -201,6 +207,30 @@ def _between_products(product: Product, piece: Callable) -> Callable:
     MLX's, traced with the rest of a compiled step; compiled on its own when
     they run outside MLX's graph, each piece then being a graph of its own."""
     return piece if product is linear else _COMPILED_BETWEEN_PRODUCTS[piece]
+
+
+def activate_rows(x: mx.array, name: str) -> mx.array:
+    """The activation of a prompt's rows, outside a compiled step: the C
+    library's ``gelu_new`` where it passed its check (``exact_activations``),
+    else MLX's with each half of the features on its own CPU thread. Either
+    way the numbers are MLX's."""
+    host = _host_activation(x, name)
+    return host(x) if host is not None else in_halves(partial(_activate, name=name), -1, x)
+
+
+def activate_row(x: mx.array, name: str) -> mx.array:
+    """The activation of a lone row between products computed outside MLX
+    (``row_products``): the C library's where it can, else compiled (for a
+    few rows, splitting costs more than it saves)."""
+    host = _host_activation(x, name)
+    return host(x) if host is not None else _COMPILED_BETWEEN_PRODUCTS[_activate](x, name)
+
+
+def _host_activation(x: mx.array, name: str) -> Callable[[mx.array], mx.array] | None:
+    kernels = exact_activations()
+    if kernels is None or name != "gelu_new" or x.dtype != mx.float32:
+        return None
+    return kernels.gelu_tanh
 
 
 def _activate(x: mx.array, name: str) -> mx.array:

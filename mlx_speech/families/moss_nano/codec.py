@@ -7,8 +7,9 @@ every operation that works time step by time step (codebook lookups, patch
 reshapes, projections, norms, feed-forwards) runs once on all requests' steps
 laid end to end; attention runs per request over that request's own history,
 as mlx-audio's streaming step computes it. Encoding runs mlx-audio's encoder
-stages over the whole clip. In both, the attention and the GELU, which take
-most of the time, run in halves on two threads (``halves``). Encoding computes
+stages over the whole clip. In both, the attention and the GELU take most of
+the time: the attention runs in halves on two threads (``halves``), the GELU
+as ``codec_math`` says (vectorized C, or in halves). Encoding computes
 every number as mlx-audio does; decoding does too with ``codec_math.EXACT``,
 and within a stated bound with ``codec_math.FAST``.
 """
@@ -165,7 +166,7 @@ def _layer_step(
 
 
 def _feed_forward(layer: TransformerLayer, x: mx.array, numerics: CodecMath) -> mx.array:
-    inner = in_halves(numerics.gelu, -1, layer.ffn[0](layer.norm2(x)))
+    inner = numerics.gelu(layer.ffn[0](layer.norm2(x)))
     return x + layer.layer_scale_2(layer.ffn[2](inner))
 
 

@@ -2,9 +2,11 @@
 ones whose audio stays within a stated bound.
 
 MLX's CPU backend computes ``erf`` (in the exact GELU) and ``exp`` (in the
-attention softmax) one element at a time with the C library, and they take
-most of a decode. The fast mode writes both from plain multiplies and adds,
-compiled by MLX into fused loops:
+attention softmax) one element at a time, through scalar ``fma`` calls, and
+they take most of a decode. Where ``exact_activations``' C library passed its
+check, both modes take the exact GELU from it (the same numbers, vectorized,
+faster than any approximation). Otherwise, and for the softmax, the fast mode
+writes them from plain multiplies and adds, compiled by MLX into fused loops:
 
 - ``erf(x) ≈ x · P(x²) / Q(x²)`` on ``[-4, 4]`` (outside it ``erf`` is ±1 to
   float precision), our least-squares fit in float64; in float32 it is within
@@ -32,6 +34,9 @@ from functools import partial
 
 import mlx.core as mx
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
+
+from .exact_activations import exact_activations
+from .halves import in_halves
 
 EXACT_VARIABLE = "MLX_SPEECH_EXACT"
 
@@ -141,8 +146,29 @@ def _fast_attention(queries, keys, values, scale, mask):
     return blocks[0] if len(blocks) == 1 else mx.concatenate(blocks, axis=2)
 
 
-EXACT = CodecMath(gelu=_exact_gelu, attention=_exact_attention)
-FAST = CodecMath(gelu=_rational_gelu, attention=_fast_attention)
+def _host_gelu(x: mx.array) -> Callable[[mx.array], mx.array] | None:
+    kernels = exact_activations()
+    if kernels is None or x.dtype != mx.float32:
+        return None
+    return kernels.gelu_erf
+
+
+def exact_gelu(x: mx.array) -> mx.array:
+    """mlx-audio's GELU: the C library's (``exact_activations``) where it
+    passed its check, else MLX's, each half of the features on its own thread."""
+    host = _host_gelu(x)
+    return host(x) if host is not None else in_halves(_exact_gelu, -1, x)
+
+
+def fast_gelu(x: mx.array) -> mx.array:
+    """The exact GELU where the C library computes it (faster than the
+    rational erf), else the rational erf's, in halves."""
+    host = _host_gelu(x)
+    return host(x) if host is not None else in_halves(_rational_gelu, -1, x)
+
+
+EXACT = CodecMath(gelu=exact_gelu, attention=_exact_attention)
+FAST = CodecMath(gelu=fast_gelu, attention=_fast_attention)
 
 
 def codec_math() -> CodecMath:

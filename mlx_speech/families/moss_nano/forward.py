@@ -18,6 +18,8 @@ import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask
 
 from .blocks import (
+    activate_row,
+    activate_rows,
     attention_inputs,
     attention_inputs_compiled,
     block_output,
@@ -42,15 +44,16 @@ def block_variant(single_rows: bool, row_products: RowProducts | None) -> BlockV
     """One row per job is the frame step: its row-wise parts run compiled
     (their shapes repeat every frame). Prompts of any length run uncompiled,
     so they leave no compiled variants behind, as does a lone row whose
-    products go through ``row_products``."""
+    products go through ``row_products``; both take the C library's
+    activation where they can (``activate_rows``, ``activate_row``)."""
     if row_products is not None:
         return BlockVariant(
             partial(attention_inputs, product=row_products),
-            partial(block_output, product=row_products),
+            partial(block_output, product=row_products, activate=activate_row),
         )
     if single_rows:
         return BlockVariant(attention_inputs_compiled, block_output_compiled)
-    return BlockVariant(attention_inputs, block_output)
+    return BlockVariant(attention_inputs, partial(block_output, activate=activate_rows))
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,8 @@ class LocalPass:
         if self._product is None:
             hidden, self._caches = local_step_compiled(*arguments)
         else:
-            hidden, self._caches = local_step(*arguments, product=self._product)
+            hidden, self._caches = local_step(
+                *arguments, product=self._product, activate=activate_row
+            )
         self._position += 1
         return hidden[:, -1, :]

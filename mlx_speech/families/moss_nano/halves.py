@@ -2,7 +2,8 @@
 
 MLX's CPU backend runs an element-wise operation on one thread. The codec's
 attention softmax (exp) and exact GELU (erf) are such operations over large
-arrays and take most of a decode. Issued in two halves, the second on another
+arrays and take most of a decode, as is the transformer's GELU (tanh, power)
+over a prompt's rows. Issued in two halves, the second on another
 CPU stream (which has its own thread), they use two cores. Every element is
 computed as before, so results do not change.
 """

@@ -1,0 +1,72 @@
+"""The C library's GELUs are MLX's to the bit, or not used at all."""
+
+from __future__ import annotations
+
+import logging
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
+from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
+
+from mlx_speech.families.moss_nano import exact_activations as library
+from mlx_speech.families.moss_nano.blocks import activate_row, activate_rows
+from mlx_speech.families.moss_nano.codec_math import exact_gelu
+
+
+def _bits(array: mx.array) -> np.ndarray:
+    return np.asarray(array).view(np.int32)
+
+
+def _values(count: int, seed: int) -> mx.array:
+    generator = np.random.default_rng(seed)
+    magnitudes = 2.0 ** generator.uniform(-30, 6, count)
+    signs = np.where(generator.random(count) < 0.5, -1.0, 1.0)
+    return mx.array((signs * magnitudes).astype(np.float32))
+
+
+def test_this_machine_builds_and_passes_the_check():
+    kernels = library.exact_activations()
+    assert kernels is not None
+    assert kernels.gelu_tanh is not None and kernels.gelu_erf is not None
+
+
+# 3 x 4099: an odd tail; 40 x 3072: large enough for the second thread
+@pytest.mark.parametrize("shape", [(1, 3072), (3, 4099), (40, 3072)])
+def test_both_gelus_equal_mlx_bit_for_bit(shape):
+    kernels = library.exact_activations()
+    values = _values(int(np.prod(shape)), seed=shape[0]).reshape(shape)
+    assert (_bits(kernels.gelu_tanh(values)) == _bits(gelu_new(values))).all()
+    assert (_bits(kernels.gelu_erf(values)) == _bits(_exact_gelu(values))).all()
+    assert kernels.gelu_tanh(values).shape == shape
+
+
+def test_the_transformer_and_codec_activations_take_them_with_mlx_numbers():
+    values = _values(2 * 3072, seed=7).reshape(1, 2, 3072)
+    for activate in (activate_rows, activate_row):
+        assert (_bits(activate(values, "gelu_new")) == _bits(gelu_new(values))).all()
+    assert (_bits(exact_gelu(values)) == _bits(_exact_gelu(values))).all()
+
+
+def test_without_a_compiler_mlx_computes_the_same_numbers(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert library._load() is None
+    monkeypatch.setattr(library, "_loaded", [None])
+    values = _values(4 * 3072, seed=3).reshape(1, 4, 3072)
+    assert (_bits(activate_rows(values, "gelu_new")) == _bits(gelu_new(values))).all()
+    assert (_bits(activate_row(values, "gelu_new")) == _bits(gelu_new(values))).all()
+    assert (_bits(exact_gelu(values)) == _bits(_exact_gelu(values))).all()
+
+
+def test_a_function_that_differs_from_mlx_anywhere_is_not_used(caplog):
+    def one_ulp_off_at_one_value(x: mx.array) -> mx.array:
+        out = np.asarray(gelu_new(x)).copy()
+        out.view(np.int32)[12345] += 1
+        return mx.array(out)
+
+    with caplog.at_level(logging.WARNING, logger="mlx_speech.engine"):
+        assert library._checked(one_ulp_off_at_one_value, gelu_new, "gelu_tanh") is None
+    assert "gelu_tanh differs from MLX's" in caplog.text
+    assert library._checked(gelu_new, gelu_new, "gelu_tanh") is gelu_new
