@@ -161,6 +161,18 @@ def test_the_shared_prompt_prefix_ends_where_the_text_begins(speaking_tts):
     assert not np.array_equal(prompts[0][split], prompts[1][split])
 
 
+def test_a_cloned_voice_shared_prompt_prefix_ends_where_the_text_begins(speaking_tts):
+    """Cloning, the template around the reference's rows is the same for
+    every request in that voice; its KV state is computed once per voice, and
+    the text starts right after it."""
+    service = speaking_tts._service
+    codes = mx.array(np.arange(5 * 4, dtype=np.int32).reshape(5, 4) % 7)
+    split = service._rows_before_reference + 5 + service._rows_after_reference
+    prompts = [np.asarray(service._prompt(text, codes)[0]) for text in ("Hi.", CJK)]
+    np.testing.assert_array_equal(prompts[0][:split], prompts[1][:split])
+    assert not np.array_equal(prompts[0][split], prompts[1][split])
+
+
 def test_reference_codes_equal_encode_audio(speaking_dir):
     """Our encoder pass (attention and GELU in halves on two threads) gives
     mlx-audio's codes, including a clip that does not fill its last frame."""

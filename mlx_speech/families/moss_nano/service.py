@@ -100,13 +100,16 @@ class MossNanoService(SpeechService):
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
         user_prefix = build_user_prompt_prefix(model.tokenizer, model.config)
-        self._prefix_text_rows = len(user_prefix) + 1  # + audio start
+        after_reference = build_user_prompt_after_reference(model.tokenizer)
+        # Cloning, the prompt is the template, audio start, the reference's
+        # rows, audio end and the template's part after the reference, then
+        # the text: all but the text is the same for every request in a voice.
+        self._rows_before_reference = len(user_prefix) + 1
+        self._rows_after_reference = 1 + len(after_reference)
         # Without a reference the prompt starts with the template's
         # "reference: None" part, the same for every request.
         self._continuation_prefix_rows = (
-            len(user_prefix)
-            + len(encode_text(model.tokenizer, "None"))
-            + len(build_user_prompt_after_reference(model.tokenizer))
+            len(user_prefix) + len(encode_text(model.tokenizer, "None")) + len(after_reference)
         )
         self._encodes = 0
         self._saved_voice_hits = 0
@@ -230,13 +233,17 @@ class MossNanoService(SpeechService):
         """A cache holding the prompt's shared prefix, and the rows still to prefill.
 
         Up to the text, a prompt is the same for every request with the same
-        voice (the template, plus the reference rows when cloning); its KV
+        voice (the template, around the reference rows when cloning); its KV
         state is computed once.
         """
         if reference_codes is None:
             split, key = self._continuation_prefix_rows, CONTINUATION_PREFIX
         else:
-            split = self._prefix_text_rows + reference_codes.shape[0]
+            split = (
+                self._rows_before_reference
+                + reference_codes.shape[0]
+                + self._rows_after_reference
+            )
         taken = self._prefixes.get(key)
         if taken is None:
             cache = block_caches(len(self._model.transformer.h))
