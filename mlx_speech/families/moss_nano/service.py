@@ -109,7 +109,9 @@ class MossNanoService(SpeechService):
         # Without a reference the prompt starts with the template's
         # "reference: None" part, the same for every request.
         self._continuation_prefix_rows = (
-            len(user_prefix) + len(encode_text(model.tokenizer, "None")) + len(after_reference)
+            len(user_prefix)
+            + len(encode_text(model.tokenizer, "None"))
+            + len(after_reference)
         )
         self._encodes = 0
         self._saved_voice_hits = 0
