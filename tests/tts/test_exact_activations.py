@@ -30,6 +30,51 @@ def test_this_machine_builds_and_passes_the_check():
     kernels = library.exact_activations()
     assert kernels is not None
     assert kernels.gelu_tanh is not None and kernels.gelu_erf is not None
+    assert kernels.softmax is not None
+
+
+# 3 rows of 5: short rows; 40 x 1216: large enough for the second thread
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 77), (40, 1216)])
+def test_the_softmax_equals_mlx_bit_for_bit(shape):
+    generator = np.random.default_rng(shape[-1])
+    scores = generator.standard_normal(shape) * 8
+    scores[generator.random(shape) < 0.3] = np.finfo(np.float32).min  # masked
+    scores = mx.array(scores.astype(np.float32))
+    ours = library.exact_activations().softmax(scores)
+    assert (_bits(ours) == _bits(mx.softmax(scores, axis=-1, precise=True))).all()
+
+
+@pytest.mark.parametrize(
+    "heads, rows, length, mask",
+    [
+        (4, 300, 300, "lowest"),
+        (2, 16, 120, "infinity"),
+        (3, 1, 50, None),
+        (2, 8, 8, "bool"),
+    ],
+)
+def test_attention_equals_mlx_bit_for_bit(heads, rows, length, mask):
+    generator = np.random.default_rng(rows)
+    queries, keys, values = (
+        mx.array(generator.standard_normal((1, heads, count, 48)).astype(np.float32))
+        for count in (rows, length, length)
+    )
+    allowed = generator.random((1, 1, rows, length)) < 0.6
+    allowed[..., 0] = True
+    masks = {
+        "lowest": np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32),
+        "infinity": np.where(allowed, 0.0, -np.inf).astype(np.float32),
+        "bool": allowed,  # MLX's own attention takes these
+        None: None,
+    }
+    chosen = None if masks[mask] is None else mx.array(masks[mask])
+    ours = library.scaled_dot_product_attention(
+        queries, keys, values, scale=48**-0.5, mask=chosen
+    )
+    theirs = mx.fast.scaled_dot_product_attention(
+        queries, keys, values, scale=48**-0.5, mask=chosen
+    )
+    assert (_bits(ours) == _bits(theirs)).all()
 
 
 # 3 x 4099: an odd tail; 40 x 3072: large enough for the second thread
@@ -58,6 +103,10 @@ def test_without_a_compiler_mlx_computes_the_same_numbers(tmp_path, monkeypatch)
     assert (_bits(activate_rows(values, "gelu_new")) == _bits(gelu_new(values))).all()
     assert (_bits(activate_row(values, "gelu_new")) == _bits(gelu_new(values))).all()
     assert (_bits(exact_gelu(values)) == _bits(_exact_gelu(values))).all()
+    queries = values.reshape(1, 4, 3, 1024)[..., :64]
+    attended = library.scaled_dot_product_attention(queries, queries, queries, scale=0.125)
+    plain = mx.fast.scaled_dot_product_attention(queries, queries, queries, scale=0.125)
+    assert (_bits(attended) == _bits(plain)).all()
 
 
 def test_a_function_that_differs_from_mlx_anywhere_is_not_used(caplog):

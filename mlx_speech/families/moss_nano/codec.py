@@ -8,8 +8,8 @@ reshapes, projections, norms, feed-forwards) runs once on all requests' steps
 laid end to end; attention runs per request over that request's own history,
 as mlx-audio's streaming step computes it. Encoding runs mlx-audio's encoder
 stages over the whole clip. In both, the attention and the GELU take most of
-the time: the attention runs in halves on two threads (``halves``), the GELU
-as ``codec_math`` says (vectorized C, or in halves). Encoding computes
+the time; both run as ``codec_math`` says (their costly parts in vectorized C,
+or in halves on two threads). Encoding computes
 every number as mlx-audio does; decoding does too with ``codec_math.EXACT``,
 and within a stated bound with ``codec_math.FAST``.
 """
@@ -32,7 +32,6 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
 )
 
 from .codec_math import EXACT, CodecMath
-from .halves import in_halves
 
 
 def samples_per_frame(codec: MossAudioTokenizer) -> int:
@@ -201,7 +200,7 @@ def _attend_whole(
     padding rows come out as zeros, as in mlx-audio."""
     queries, keys, values = _heads(attention, qkv, offset=0)
     scale = attention.head_dim**-0.5
-    out = _attention_by_halves(EXACT, queries, keys, values, scale, mask)
+    out = EXACT.attention(queries, keys, values, scale, mask)
     return _merged(mx.where(padding, mx.zeros((), dtype=out.dtype), out))
 
 
@@ -223,22 +222,6 @@ def _heads(
 def _merged(out: mx.array) -> mx.array:
     """``[1, heads, steps, head_dim]`` → ``[1, steps, width]``."""
     return out.transpose(0, 2, 1, 3).reshape(1, out.shape[2], -1)
-
-
-def _attention_by_halves(
-    numerics: CodecMath,
-    queries: mx.array,
-    keys: mx.array,
-    values: mx.array,
-    scale: float,
-    mask: mx.array | None,
-) -> mx.array:
-    """Scaled dot-product attention, half of the heads on each thread."""
-
-    def attend(q: mx.array, k: mx.array, v: mx.array) -> mx.array:
-        return numerics.attention(q, k, v, scale, mask)
-
-    return in_halves(attend, 1, queries, keys, values)
 
 
 def _attend(
@@ -265,7 +248,7 @@ def _attend(
         dtype=qkv.dtype,
     )
     scale = attention.head_dim**-0.5
-    out = _attention_by_halves(numerics, queries, keys, values, scale, mask)
+    out = numerics.attention(queries, keys, values, scale, mask)
     cache.offset += steps
     kept = None if attention.context is None else attention.context - 1
     if kept is None:

@@ -4,9 +4,10 @@ ones whose audio stays within a stated bound.
 MLX's CPU backend computes ``erf`` (in the exact GELU) and ``exp`` (in the
 attention softmax) one element at a time, through scalar ``fma`` calls, and
 they take most of a decode. Where ``exact_activations``' C library passed its
-check, both modes take the exact GELU from it (the same numbers, vectorized,
-faster than any approximation). Otherwise, and for the softmax, the fast mode
-writes them from plain multiplies and adds, compiled by MLX into fused loops:
+checks, both modes take the exact GELU and the exact softmax from it (the same
+numbers, vectorized, faster than any approximation): the fast mode is then
+the exact one. Otherwise the fast mode writes them from plain multiplies and
+adds, compiled by MLX into fused loops:
 
 - ``erf(x) ≈ x · P(x²) / Q(x²)`` on ``[-4, 4]`` (outside it ``erf`` is ±1 to
   float precision), our least-squares fit in float64; in float32 it is within
@@ -35,7 +36,7 @@ from functools import partial
 import mlx.core as mx
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
 
-from .exact_activations import exact_activations
+from .exact_activations import exact_activations, scaled_dot_product_attention
 from .halves import in_halves
 
 EXACT_VARIABLE = "MLX_SPEECH_EXACT"
@@ -75,13 +76,39 @@ Attention = Callable[[mx.array, mx.array, mx.array, float, mx.array | None], mx.
 
 @dataclass(frozen=True)
 class CodecMath:
-    """The two functions the codec decoder's layers call."""
+    """The two functions the codec's layers call (each splits its work over
+    two threads its own way)."""
 
     gelu: Callable[[mx.array], mx.array]
     attention: Attention  # (queries, keys, values, scale, additive mask or None)
 
 
-def _exact_attention(queries, keys, values, scale, mask):
+def exact_attention(queries, keys, values, scale, mask):
+    """mlx-audio's attention: with the C library's softmax where it passed its
+    check (``exact_activations``), else MLX's, half of the heads on each
+    thread."""
+    if _host_softmax(queries):
+        return scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+    attend = partial(_mlx_attention, scale=scale, mask=mask)
+    return in_halves(attend, 1, queries, keys, values)
+
+
+def fast_attention(queries, keys, values, scale, mask):
+    """The exact attention where the C library computes it (faster than the
+    polynomial exp), else the polynomial exp's, in halves."""
+    if _host_softmax(queries):
+        return scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+    attend = partial(_fast_attention, scale=scale, mask=mask)
+    return in_halves(attend, 1, queries, keys, values)
+
+
+def _host_softmax(queries: mx.array) -> bool:
+    kernels = exact_activations()
+    available = kernels is not None and kernels.softmax is not None
+    return available and queries.dtype == mx.float32
+
+
+def _mlx_attention(queries, keys, values, *, scale, mask):
     return mx.fast.scaled_dot_product_attention(
         queries, keys, values, scale=scale, mask=mask
     )
@@ -131,7 +158,7 @@ def _softmax_weights(scores: mx.array) -> mx.array:
     return powers / mx.sum(powers, axis=-1, keepdims=True)
 
 
-def _fast_attention(queries, keys, values, scale, mask):
+def _fast_attention(queries, keys, values, *, scale, mask):
     """A few query rows at a time: their scores against a long history stay
     in the CPU's caches through the softmax's passes (measured on 512 queries
     × 4000 keys, 2 heads: 70 ms as one SDPA, 40 ms in blocks of 32)."""
@@ -167,8 +194,8 @@ def fast_gelu(x: mx.array) -> mx.array:
     return host(x) if host is not None else in_halves(_rational_gelu, -1, x)
 
 
-EXACT = CodecMath(gelu=exact_gelu, attention=_exact_attention)
-FAST = CodecMath(gelu=fast_gelu, attention=_fast_attention)
+EXACT = CodecMath(gelu=exact_gelu, attention=exact_attention)
+FAST = CodecMath(gelu=fast_gelu, attention=fast_attention)
 
 
 def codec_math() -> CodecMath:

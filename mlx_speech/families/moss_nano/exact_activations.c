@@ -1,9 +1,10 @@
-/* The GELUs of MOSS-TTS-Nano's transformers and codec, number for number as
- * MLX computes them on Linux's CPU backend, vectorized.
+/* The GELUs of MOSS-TTS-Nano's transformers and codec, and the softmax of
+ * its attention, number for number as MLX computes them on Linux's CPU
+ * backend, vectorized.
  *
  * MLX's CPU backend evaluates tanh and pow one element at a time through the
- * C library, and erf through its own formula built on scalar fma calls. These
- * loops compute the same numbers: powf itself; tanhf as glibc's (fdlibm's
+ * C library, and erf and exp through its own formulas built on scalar fma
+ * calls. These loops compute the same numbers: powf itself; tanhf as glibc's (fdlibm's
  * algorithm, every branch computed and the right one selected, so the
  * compiler can vectorize it); MLX's erf and exp formulas, with fmaf where MLX
  * calls fma. Built with -ffp-contract=off, so no multiply-add is fused that
@@ -116,27 +117,58 @@ static void gelu_erf_span(const float *x, float *out, count_t n) {
         out[i] = (0.5f * x[i]) * (1.0f + erf_mlx(x[i] / 1.4142135623730951f));
 }
 
-typedef void (*span_fn)(const float *, float *, count_t);
-struct span { span_fn fn; const float *x; float *out; count_t n; };
+/* MLX's softmax over rows of width floats (mlx/backend/cpu/softmax.cpp, for
+ * float32): the row's maximum, MLX's exp of each difference, their sum in
+ * order, and each times the sum's reciprocal. */
+static void softmax_span(const float *x, float *out, count_t n, count_t width) {
+    for (count_t start = 0; start < n; start += width) {
+        const float *row = x + start;
+        float *o = out + start;
+        float top = -INFINITY;
+        for (count_t j = 0; j < width; j++) top = row[j] > top ? row[j] : top;
+        for (count_t j = 0; j < width; j++) o[j] = exp_mlx(row[j] - top);
+        float total = 0.0f;
+        for (count_t j = 0; j < width; j++) total = total + o[j];
+        float reciprocal = 1.0f / total;
+        for (count_t j = 0; j < width; j++) o[j] = o[j] * reciprocal;
+    }
+}
+
+typedef void (*span_fn)(const float *, float *, count_t, count_t);
+struct span { span_fn fn; const float *x; float *out; count_t n, width; };
 
 static void *run_span(void *argument) {
     struct span *s = argument;
-    s->fn(s->x, s->out, s->n);
+    s->fn(s->x, s->out, s->n, s->width);
     return NULL;
 }
 
-/* Large arrays in two halves, the second on a thread of its own. */
-static void in_halves(span_fn fn, const float *x, float *out, count_t n) {
+/* Large arrays in two halves (whole rows of width), the second on a thread
+ * of its own. */
+static void in_halves(span_fn fn, const float *x, float *out, count_t n, count_t width) {
     pthread_t thread;
-    count_t half = n / 2;
-    struct span second = {fn, x + half, out + half, n - half};
-    if (n < 32768 || pthread_create(&thread, NULL, run_span, &second) != 0) {
-        fn(x, out, n);
+    count_t half = n / width / 2 * width;
+    struct span second = {fn, x + half, out + half, n - half, width};
+    if (n < 32768 || half == 0 || pthread_create(&thread, NULL, run_span, &second) != 0) {
+        fn(x, out, n, width);
         return;
     }
-    fn(x, out, half);
+    fn(x, out, half, width);
     pthread_join(thread, NULL);
 }
 
-void gelu_tanh(const float *x, float *out, count_t n) { in_halves(gelu_tanh_span, x, out, n); }
-void gelu_erf(const float *x, float *out, count_t n) { in_halves(gelu_erf_span, x, out, n); }
+static void gelu_tanh_rows(const float *x, float *out, count_t n, count_t width) {
+    (void)width;
+    gelu_tanh_span(x, out, n);
+}
+
+static void gelu_erf_rows(const float *x, float *out, count_t n, count_t width) {
+    (void)width;
+    gelu_erf_span(x, out, n);
+}
+
+void gelu_tanh(const float *x, float *out, count_t n) { in_halves(gelu_tanh_rows, x, out, n, 1); }
+void gelu_erf(const float *x, float *out, count_t n) { in_halves(gelu_erf_rows, x, out, n, 1); }
+void softmax(const float *x, float *out, count_t n, count_t width) {
+    in_halves(softmax_span, x, out, n, width);
+}

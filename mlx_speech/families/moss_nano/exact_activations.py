@@ -56,12 +56,54 @@ HostFunction = Callable[[mx.array], mx.array]
 
 
 class ExactActivations:
-    """The library's functions that passed the check: ``gelu_tanh`` (GPT-2's
-    ``gelu_new``) and ``gelu_erf`` (the exact GELU), each ``None`` if not."""
+    """The library's functions that passed the check, each ``None`` if not:
+    ``gelu_tanh`` (GPT-2's ``gelu_new``), ``gelu_erf`` (the exact GELU) and
+    ``softmax`` (over the last axis, as ``mx.softmax(..., precise=True)``,
+    also checked inside ``scaled_dot_product_attention``)."""
 
     def __init__(self, library: ctypes.CDLL):
         self.gelu_tanh = _checked(_host_function(library.gelu_tanh), gelu_new, "gelu_tanh")
         self.gelu_erf = _checked(_host_function(library.gelu_erf), _exact_gelu, "gelu_erf")
+        self.softmax = _checked(
+            _host_softmax(library.softmax), _mlx_softmax, "softmax", _softmax_probe()
+        )
+        if self.softmax is not None and not _attention_matches(self.softmax):
+            log.warning("attention with the C softmax differs from MLX's; not used")
+            self.softmax = None
+
+
+def scaled_dot_product_attention(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    *,
+    scale: float,
+    mask: mx.array | None = None,
+) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention`` with an additive mask, number
+    for number. On the CPU, MLX composes it from the scaled queries, their
+    product with the keys, the mask, a softmax and the product with the
+    values; so does this, with the library's softmax where it passed its
+    check (on 4 heads × 1216 × 1216 scores: 58 ms instead of 131)."""
+    library = exact_activations()
+    softmax = None if library is None else library.softmax
+    if (
+        softmax is None
+        or queries.dtype != mx.float32
+        or keys.shape[1] != queries.shape[1]
+        or (mask is not None and mask.dtype == mx.bool_)
+    ):
+        return mx.fast.scaled_dot_product_attention(
+            queries, keys, values, scale=scale, mask=mask
+        )
+    return _composed_attention(softmax, queries, keys, values, scale, mask)
+
+
+def _composed_attention(softmax, queries, keys, values, scale, mask) -> mx.array:
+    scores = (mx.array(scale, dtype=queries.dtype) * queries) @ keys.swapaxes(-1, -2)
+    if mask is not None:
+        scores = scores + mask
+    return softmax(scores) @ values
 
 
 _lock = threading.Lock()
@@ -135,18 +177,76 @@ def _host_function(entry) -> HostFunction:
     return run
 
 
+def _host_softmax(entry) -> HostFunction:
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+    entry.restype = None
+
+    def run(x: mx.array) -> mx.array:
+        mx.eval(x)
+        values = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty_like(values)
+        entry(values.ctypes.data, out.ctypes.data, values.size, values.shape[-1])
+        return mx.array(out)
+
+    return run
+
+
+def _mlx_softmax(x: mx.array) -> mx.array:
+    return mx.softmax(x, axis=-1, precise=True)
+
+
 def _checked(
-    function: HostFunction, reference: HostFunction, name: str
+    function: HostFunction,
+    reference: HostFunction,
+    name: str,
+    probes: list[mx.array] | None = None,
 ) -> HostFunction | None:
-    probe = _probe()
-    got, expected = np.asarray(function(probe)), np.asarray(reference(probe))
-    same = (got.view(np.int32) == expected.view(np.int32)) | (
-        np.isnan(got) & np.isnan(expected)
-    )
-    if same.all():
-        return function
-    log.warning("%s differs from MLX's on this machine; MLX's is used instead", name)
-    return None
+    for probe in probes or [_probe()]:
+        got, expected = np.asarray(function(probe)), np.asarray(reference(probe))
+        both_nan = np.isnan(got) & np.isnan(expected)
+        same = (got.view(np.int32) == expected.view(np.int32)) | both_nan
+        if not same.all():
+            log.warning("%s differs from MLX's on this machine; MLX's is used", name)
+            return None
+    return function
+
+
+def _attention_matches(softmax: HostFunction) -> bool:
+    """The composition against MLX's own attention: one query row and many,
+    no mask, masks of float32's lowest value and of minus infinity."""
+    generator = np.random.default_rng(3)
+    for heads, rows, length, size in ((2, 1, 40, 64), (2, 16, 300, 48), (3, 37, 37, 64)):
+        queries, keys, values = (
+            mx.array(generator.standard_normal((1, heads, count, size)).astype(np.float32))
+            for count in (rows, length, length)
+        )
+        allowed = generator.random((1, 1, rows, length)) < 0.7
+        allowed[..., 0] = True
+        masks = [None] + [
+            mx.array(np.where(allowed, 0.0, low).astype(np.float32))
+            for low in (np.finfo(np.float32).min, -np.inf)
+        ]
+        for mask in masks:
+            theirs = mx.fast.scaled_dot_product_attention(
+                queries, keys, values, scale=size**-0.5, mask=mask
+            )
+            ours = _composed_attention(softmax, queries, keys, values, size**-0.5, mask)
+            if not np.array_equal(np.asarray(ours), np.asarray(theirs)):
+                return False
+    return True
+
+
+def _softmax_probe() -> list[mx.array]:
+    """Rows of attention scores: widths 1 to 127 and 1000, values from tiny to
+    large, some masked with float32's lowest value as the codec's masks do."""
+    generator = np.random.default_rng(2)
+    rows = []
+    for width in [*range(1, 128), 1000]:
+        scale = 2.0 ** generator.uniform(-20, 7)
+        row = generator.standard_normal((4, width)) * scale
+        row[generator.random((4, width)) < 0.2] += np.finfo(np.float32).min
+        rows.append(row.astype(np.float32))
+    return [mx.array(row) for row in rows]
 
 
 def _probe() -> mx.array:

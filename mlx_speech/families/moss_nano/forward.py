@@ -28,6 +28,7 @@ from .blocks import (
     local_step_compiled,
     settings,
 )
+from .exact_activations import scaled_dot_product_attention as attention
 from .kv_cache import BlockKVCache
 from .row_products import RowProducts
 
@@ -166,7 +167,10 @@ def _attend(
     history_keys, history_values = cache.update_and_fetch(
         keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
     )
-    attended = mx.fast.scaled_dot_product_attention(
+    # A prompt's rows (masked) take the C library's softmax where it can; a
+    # frame's one row keeps MLX's (leaving the graph would cost it a wait).
+    attend = mx.fast.scaled_dot_product_attention if mask is None else attention
+    attended = attend(
         queries.transpose(0, 2, 1, 3), history_keys, history_values, scale=scale, mask=mask
     )
     return attended.transpose(0, 2, 1, 3).reshape(1, queries.shape[1], -1)
