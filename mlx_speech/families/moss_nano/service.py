@@ -38,6 +38,7 @@ from .batch import CodecBatch, FrameBatch
 from .chunk_release import ChunkRelease
 from .codec import DecoderState, encode, samples_per_frame
 from .codec_math import CodecMath, codec_math
+from .forward import forward_rows
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .quantize import quantize_transformers
@@ -248,9 +249,13 @@ class MossNanoService(SpeechService):
             )
         taken = self._prefixes.get(key)
         if taken is None:
+            # One forward over the whole prefix: at full size, starting it
+            # from cached first rows would round some products differently.
             cache = block_caches(len(self._model.transformer.h))
-            self._model.transformer(
-                inputs_embeds=embed_rows(self._model, prompt[:, :split]), cache=cache
+            forward_rows(
+                self._model.transformer,
+                [embed_rows(self._model, prompt[:, :split])],
+                [cache],
             )
             taken = snapshot(cache)
             self._prefixes.put(key, taken, snapshot_bytes(taken))
