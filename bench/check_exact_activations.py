@@ -1,0 +1,174 @@
+"""What the C library's GELUs and softmax save, and that they change nothing.
+
+    python bench/check_exact_activations.py CHECKPOINT [--repeats 3] [--json out.json]
+
+With the library (``mlx_speech/families/moss_nano/exact_activations.c``) and
+without it (MLX's own operations, as where it cannot be built), taking turns
+in one process, ``--repeats`` times: encoding a 3 s reference clip, a new
+voice's prompt prefix (that clip's rows and the template around them), one
+38-row prompt and eight at once, a lone sampled frame step (sgemv products
+where OpenBLAS is loaded) and decoding 16 frames in the exact mode.
+Prints the best of each, and whether the reference codes, the prefix's KV
+state and the decoded audio are bit for bit the same both ways. On Linux it
+re-runs itself with the system OpenBLAS when one is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+TEXT = "Hello there, this is a benchmark of streaming speech on a local machine."
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    return parser.parse_args()
+
+
+def _timed(work) -> tuple[float, object]:
+    import mlx.core as mx
+
+    started = time.perf_counter()
+    result = work()
+    mx.eval(result)
+    return (time.perf_counter() - started) * 1000, result
+
+
+def _workloads(service, products) -> dict:
+    """Name → a function doing that work and returning what it computed."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together, encode
+    from mlx_speech.families.moss_nano.codec_math import EXACT
+    from mlx_speech.families.moss_nano.forward import forward_rows
+    from mlx_speech.families.moss_nano.kv_cache import block_caches, snapshot
+    from mlx_speech.families.moss_nano.loop import FrameJob, embed_rows, step
+    from mlx_speech.families.moss_nano.sampling import KeySequence
+    from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+
+    model, codec = service._model, service._codec
+    generator = np.random.default_rng(0)
+    clip = (
+        generator.standard_normal((3 * codec.sample_rate, codec.channels)) * 0.1
+    ).astype(np.float32)
+    reference = mx.array(encode(codec, clip, model.config.n_vq))
+    voice_prompt = service._prompt(TEXT, reference)
+    split = (
+        service._rows_before_reference + reference.shape[0] + service._rows_after_reference
+    )
+    text_rows = [
+        mx.random.normal((1, 38, model.config.gpt2_config.n_embd)) for _ in range(8)
+    ]
+    sampling = _frame_sampling(replace(DEFAULTS, max_new_tokens=10**6))
+    prompt, _ = model.build_inference_input_ids(
+        text=TEXT, tokenizer=model.tokenizer, mode="continuation"
+    )
+    job = FrameJob(model, prompt, sampling, KeySequence(0))
+    frames = []
+    for _ in range(16):
+        step(model, [job], products)
+        frames.append(job.frame)
+    mx.eval(frames)
+
+    def prefix():
+        cache = block_caches(len(model.transformer.h))
+        forward_rows(
+            model.transformer, [embed_rows(model, voice_prompt[:, :split])], [cache]
+        )
+        return snapshot(cache)
+
+    def prompts(count: int):
+        caches = [block_caches(len(model.transformer.h)) for _ in range(count)]
+        return forward_rows(model.transformer, text_rows[:count], caches)
+
+    def frame_step():
+        step(model, [job], products)
+        return job.frame
+
+    def decode():
+        state = DecoderState(codec)
+        return decode_together(codec, model.config.n_vq, [(state, frames)], EXACT)
+
+    return {
+        "encode a 3 s clip": lambda: mx.array(encode(codec, clip, model.config.n_vq)),
+        "a new voice's prefix": prefix,
+        "one 38-row prompt": lambda: prompts(1),
+        "eight 38-row prompts": lambda: prompts(8),
+        "a lone sampled frame step": frame_step,
+        "decode 16 frames (exact mode)": decode,
+    }
+
+
+def main() -> None:
+    args = _arguments()
+    from mlx_speech.blas import active_blas, use_fast_blas
+
+    use_fast_blas()
+    from mlx_speech.families.moss_nano import exact_activations
+    from mlx_speech.families.moss_nano.row_products import row_products
+    from mlx_speech.families.moss_nano.service import load
+
+    service = load(Path(args.checkpoint))
+    library = exact_activations.exact_activations()
+    if library is None:
+        raise SystemExit("the C library could not be built here")
+    workloads = _workloads(service, row_products(service._model))
+    sides = {"MLX": None, "C": library}
+    best = {side: dict.fromkeys(workloads, float("inf")) for side in sides}
+    outputs: dict = {side: {} for side in sides}
+    for _ in range(args.repeats):
+        for side, loaded in sides.items():
+            exact_activations._loaded[:] = [loaded]
+            for name, work in workloads.items():
+                ms, output = _timed(work)
+                best[side][name] = min(best[side][name], ms)
+                outputs[side].setdefault(name, output)
+    exact_activations._loaded[:] = [library]
+    same = {
+        name: _bitwise_equal(outputs["MLX"][name], outputs["C"][name])
+        for name in (
+            "encode a 3 s clip",
+            "a new voice's prefix",
+            "decode 16 frames (exact mode)",
+        )
+    }
+    results = {
+        "checkpoint": args.checkpoint,
+        "blas": active_blas(),
+        "repeats": args.repeats,
+        "ms": {
+            name: {side: round(best[side][name], 1) for side in sides} for name in workloads
+        },
+        "bit_for_bit_equal": same,
+    }
+    print(f"{args.checkpoint}; BLAS {results['blas']}; best of {args.repeats}, ms")
+    for name, row in results["ms"].items():
+        ratio = row["C"] / row["MLX"]
+        print(f"{name:30} MLX {row['MLX']:8.1f}   C {row['C']:8.1f}   ({ratio:.2f}x)")
+    print("bit for bit the same:", same)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _bitwise_equal(first, second) -> bool:
+    from mlx.utils import tree_flatten
+
+    left = [np.asarray(value) for _, value in tree_flatten(first)]
+    right = [np.asarray(value) for _, value in tree_flatten(second)]
+    if len(left) != len(right):
+        return False
+    pairs = zip(left, right, strict=True)
+    return all(a.shape == b.shape and a.tobytes() == b.tobytes() for a, b in pairs)
+
+
+if __name__ == "__main__":
+    main()
