@@ -14,6 +14,7 @@ from .audio import Audio
 from .engine import shared_engine
 from .errors import GenerationError, ModelLoadError
 from .families import QUANTIZE_BITS, LoadOptions
+from .normalization import TextNormalizer
 from .registry import family_loader, resolve_model_dir
 from .tts import TTS
 from .voice_store import VoiceStore
@@ -65,6 +66,8 @@ def load(
 
     store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
     aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
-    tts = TTS(engine.call(load_on_worker), engine, store, aliases, normalize)
-    tts.normalizer.preload()
-    return tts
+    normalizer = TextNormalizer()
+    grammars = normalizer.preload()  # beside the model, not after it
+    service = engine.call(load_on_worker)
+    grammars.join()  # so the first request does not wait for them
+    return TTS(service, engine, store, aliases, normalize, normalizer)

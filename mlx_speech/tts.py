@@ -29,13 +29,14 @@ class TTS:
         voice_store: VoiceStore,
         voice_aliases: dict[str, str] | None = None,
         normalize: bool = True,
+        normalizer: TextNormalizer | None = None,
     ):
         self._service = service
         self._engine = engine
         self.voice_store = voice_store
         self.voice_aliases = dict(voice_aliases or {})  # name (lower case) → voice
         self.normalize = normalize  # the default of a request's ``normalize``
-        self.normalizer = TextNormalizer()
+        self.normalizer = normalizer or TextNormalizer()
 
     @property
     def family(self) -> str:

@@ -27,8 +27,9 @@ class TextNormalizer:
         self._texts = 0
         self._seconds = 0.0
 
-    def preload(self) -> None:
-        self._grammars.preload()
+    def preload(self) -> threading.Thread:
+        """Start loading the grammars on a thread of their own, returned."""
+        return self._grammars.preload()
 
     def language(self, text: str, language: Any = None) -> str | None:
         """The language the semantic pass reads ``text`` in, ``None`` for

@@ -3,7 +3,7 @@ numbers, money, dates, times, units and symbols read out, for English and
 Chinese.
 
 The grammars load once per process (0.4 s, 45 MB of FSTs), on a background
-thread started with the model, so the first request does not pay for them.
+thread while the model loads, so the first request does not pay for them.
 Tokens the robustness pass keeps (URLs, e-mail addresses, file names,
 versions, mentions, hashtags) are not given to them. The grammars fail on
 some inputs (an assertion on "#1 hit"); a piece that fails is read again word
@@ -36,9 +36,13 @@ class Grammars:
         self._readers: dict[str, Callable[[str], str]] | None = None
         self.fallbacks = 0  # pieces or words the grammars could not read
 
-    def preload(self) -> None:
-        """Load the grammars on a background thread."""
-        threading.Thread(target=self._load, name="mlx-speech-grammars", daemon=True).start()
+    def preload(self) -> threading.Thread:
+        """Load the grammars on a background thread (returned, started)."""
+        thread = threading.Thread(
+            target=self._load, name="mlx-speech-grammars", daemon=True
+        )
+        thread.start()
+        return thread
 
     def _load(self) -> dict[str, Callable[[str], str]]:
         with self._lock:

@@ -181,3 +181,16 @@ def test_requests_leave_the_host_random_state_alone(speaking_tts):
     speaking_tts.speak("Hello there.", seed=7, max_new_tokens=5)
     speaking_tts.speak("Hello there.", max_new_tokens=5)
     assert mx.array_equal(mx.random.uniform(shape=(4,)), expected)
+
+
+def test_a_loaded_model_has_what_its_first_request_needs(speaking_dir):
+    """The text grammars load beside the model and the shared start of every
+    prompt without a reference is computed while it loads: the first request
+    waits for neither."""
+    import mlx_speech
+
+    tts = mlx_speech.load(speaking_dir)
+    assert tts.normalizer._grammars._readers is not None
+    assert tts.stats()["prompt_prefix_cache_hits"] == 0
+    tts.speak("Hello there.", temperature=0, max_new_tokens=2)
+    assert tts.stats()["prompt_prefix_cache_hits"] == 1

@@ -124,6 +124,11 @@ class MossNanoService(SpeechService):
     def warm_up_decodes(self, requests: int) -> None:
         self._decodes.warm_up(requests)
 
+    def warm_up_prompt_prefix(self) -> None:
+        """Computes the KV state every prompt without a reference starts
+        from, so the first such request does not."""
+        self._prefilled(self._prompt("Hello.", None), None, None)
+
     def stats(self) -> dict[str, int]:
         return {
             "reference_cache_hits": self._references.hits,
@@ -294,6 +299,7 @@ def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoServic
     service = MossNanoService(model, codec, _codec_id(codec), products, codec_math())
     warm_up(model, _frame_sampling(DEFAULTS), products, options.max_batch)
     service.warm_up_decodes(options.max_batch)
+    service.warm_up_prompt_prefix()
     return service
 
 
