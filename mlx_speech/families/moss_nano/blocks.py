@@ -135,6 +135,7 @@ def local_step(
     tables of all positions (``[1, positions, 1, head_dim]``). Every sequence
     is at the same position, so the one query sees every key and needs no
     mask. (Compiled, ``blocks`` arrive as plain tuples, hence the unpacking.)
+    ``activate``, when given, computes the activation (``activate_row``).
     """
     position = caches[0][0].shape[2] if caches else 0
     rotation = None

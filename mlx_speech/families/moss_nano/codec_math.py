@@ -1,5 +1,6 @@
-"""The codec decoder's GELU and attention: mlx-audio's exact ones, or faster
-ones whose audio stays within a stated bound.
+"""The codec's GELU and attention: mlx-audio's exact ones (encoding always
+uses them), or, for decoding, faster ones whose audio stays within a stated
+bound.
 
 MLX's CPU backend computes ``erf`` (in the exact GELU) and ``exp`` (in the
 attention softmax) one element at a time, through scalar ``fma`` calls, and
