@@ -29,7 +29,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new, rotate_half
 
-from .exact_activations import exact_activations
+from .exact_activations import host
 from .halves import in_halves
 
 Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows, heads, dim]
@@ -215,23 +215,20 @@ def activate_rows(x: mx.array, name: str) -> mx.array:
     library's ``gelu_new`` where it passed its check (``exact_activations``),
     else MLX's with each half of the features on its own CPU thread. Either
     way the numbers are MLX's."""
-    host = _host_activation(x, name)
-    return host(x) if host is not None else in_halves(partial(_activate, name=name), -1, x)
+    gelu = _host_activation(x, name)
+    return gelu(x) if gelu is not None else in_halves(partial(_activate, name=name), -1, x)
 
 
 def activate_row(x: mx.array, name: str) -> mx.array:
     """The activation of a lone row between products computed outside MLX
     (``row_products``): the C library's where it can, else compiled (for a
     few rows, splitting costs more than it saves)."""
-    host = _host_activation(x, name)
-    return host(x) if host is not None else _COMPILED_BETWEEN_PRODUCTS[_activate](x, name)
+    gelu = _host_activation(x, name)
+    return gelu(x) if gelu is not None else _COMPILED_BETWEEN_PRODUCTS[_activate](x, name)
 
 
 def _host_activation(x: mx.array, name: str) -> Callable[[mx.array], mx.array] | None:
-    kernels = exact_activations()
-    if kernels is None or name != "gelu_new" or x.dtype != mx.float32:
-        return None
-    return kernels.gelu_tanh
+    return host("gelu_tanh", x) if name == "gelu_new" else None
 
 
 def _activate(x: mx.array, name: str) -> mx.array:

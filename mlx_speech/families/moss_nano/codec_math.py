@@ -37,7 +37,7 @@ from functools import partial
 import mlx.core as mx
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
 
-from .exact_activations import exact_activations, scaled_dot_product_attention
+from .exact_activations import host, scaled_dot_product_attention
 from .halves import in_halves
 
 EXACT_VARIABLE = "MLX_SPEECH_EXACT"
@@ -88,7 +88,7 @@ def exact_attention(queries, keys, values, scale, mask):
     """mlx-audio's attention: with the C library's softmax where it passed its
     check (``exact_activations``), else MLX's, half of the heads on each
     thread."""
-    if _host_softmax(queries):
+    if host("softmax", queries) is not None:
         return scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     attend = partial(_mlx_attention, scale=scale, mask=mask)
     return in_halves(attend, 1, queries, keys, values)
@@ -97,16 +97,10 @@ def exact_attention(queries, keys, values, scale, mask):
 def fast_attention(queries, keys, values, scale, mask):
     """The exact attention where the C library computes it (faster than the
     polynomial exp), else the polynomial exp's, in halves."""
-    if _host_softmax(queries):
+    if host("softmax", queries) is not None:
         return scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     attend = partial(_fast_attention, scale=scale, mask=mask)
     return in_halves(attend, 1, queries, keys, values)
-
-
-def _host_softmax(queries: mx.array) -> bool:
-    kernels = exact_activations()
-    available = kernels is not None and kernels.softmax is not None
-    return available and queries.dtype == mx.float32
 
 
 def _mlx_attention(queries, keys, values, *, scale, mask):
@@ -174,25 +168,18 @@ def _fast_attention(queries, keys, values, *, scale, mask):
     return blocks[0] if len(blocks) == 1 else mx.concatenate(blocks, axis=2)
 
 
-def _host_gelu(x: mx.array) -> Callable[[mx.array], mx.array] | None:
-    kernels = exact_activations()
-    if kernels is None or x.dtype != mx.float32:
-        return None
-    return kernels.gelu_erf
-
-
 def exact_gelu(x: mx.array) -> mx.array:
     """mlx-audio's GELU: the C library's (``exact_activations``) where it
     passed its check, else MLX's, each half of the features on its own thread."""
-    host = _host_gelu(x)
-    return host(x) if host is not None else in_halves(_exact_gelu, -1, x)
+    gelu = host("gelu_erf", x)
+    return gelu(x) if gelu is not None else in_halves(_exact_gelu, -1, x)
 
 
 def fast_gelu(x: mx.array) -> mx.array:
     """The exact GELU where the C library computes it (faster than the
     rational erf), else the rational erf's, in halves."""
-    host = _host_gelu(x)
-    return host(x) if host is not None else in_halves(_rational_gelu, -1, x)
+    gelu = host("gelu_erf", x)
+    return gelu(x) if gelu is not None else in_halves(_rational_gelu, -1, x)
 
 
 EXACT = CodecMath(gelu=exact_gelu, attention=exact_attention)

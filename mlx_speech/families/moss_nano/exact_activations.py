@@ -64,10 +64,18 @@ class ExactActivations:
     also checked inside ``scaled_dot_product_attention``)."""
 
     def __init__(self, library: ctypes.CDLL):
-        self.gelu_tanh = _checked(_host_function(library.gelu_tanh), gelu_new, "gelu_tanh")
-        self.gelu_erf = _checked(_host_function(library.gelu_erf), _exact_gelu, "gelu_erf")
+        probes = [_probe()]
+        self.gelu_tanh = _checked(
+            _host_function(library.gelu_tanh), gelu_new, "gelu_tanh", probes
+        )
+        self.gelu_erf = _checked(
+            _host_function(library.gelu_erf), _exact_gelu, "gelu_erf", probes
+        )
         self.softmax = _checked(
-            _host_softmax(library.softmax), _mlx_softmax, "softmax", _softmax_probe()
+            _host_function(library.softmax, per_row=True),
+            _mlx_softmax,
+            "softmax",
+            _softmax_probe(),
         )
         if self.softmax is not None and not _attention_matches(self.softmax):
             log.warning("attention with the C softmax differs from MLX's; not used")
@@ -87,11 +95,9 @@ def scaled_dot_product_attention(
     product with the keys, the mask, a softmax and the product with the
     values; so does this, with the library's softmax where it passed its
     check (on 4 heads × 1216 × 1216 scores: 58 ms instead of 131)."""
-    library = exact_activations()
-    softmax = None if library is None else library.softmax
+    softmax = host("softmax", queries)
     if (
         softmax is None
-        or queries.dtype != mx.float32
         or keys.shape[1] != queries.shape[1]
         or (mask is not None and mask.dtype == mx.bool_)
     ):
@@ -119,6 +125,15 @@ def exact_activations() -> ExactActivations | None:
         if not _loaded:
             _loaded.append(_load())
         return _loaded[0]
+
+
+def host(name: str, x: mx.array) -> HostFunction | None:
+    """The library's function ``name`` (an ``ExactActivations`` attribute)
+    for ``x``, if it was built and passed its check and ``x`` is float32."""
+    library = exact_activations()
+    if library is None or x.dtype != mx.float32:
+        return None
+    return getattr(library, name)
 
 
 def _load() -> ExactActivations | None:
@@ -165,29 +180,18 @@ def _cpu_flags() -> str:
     )
 
 
-def _host_function(entry) -> HostFunction:
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+def _host_function(entry, per_row: bool = False) -> HostFunction:
+    """``entry(x, out, size)`` as a function of an MLX array; with
+    ``per_row`` it also takes the length of the last axis (the softmax's)."""
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_long] * (1 + per_row)]
     entry.restype = None
 
     def run(x: mx.array) -> mx.array:
         mx.eval(x)
         values = np.ascontiguousarray(x, dtype=np.float32)
         out = np.empty_like(values)
-        entry(values.ctypes.data, out.ctypes.data, values.size)
-        return mx.array(out)
-
-    return run
-
-
-def _host_softmax(entry) -> HostFunction:
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
-    entry.restype = None
-
-    def run(x: mx.array) -> mx.array:
-        mx.eval(x)
-        values = np.ascontiguousarray(x, dtype=np.float32)
-        out = np.empty_like(values)
-        entry(values.ctypes.data, out.ctypes.data, values.size, values.shape[-1])
+        sizes = (values.size, values.shape[-1]) if per_row else (values.size,)
+        entry(values.ctypes.data, out.ctypes.data, *sizes)
         return mx.array(out)
 
     return run
