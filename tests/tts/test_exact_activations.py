@@ -131,3 +131,18 @@ def test_a_function_that_differs_from_mlx_anywhere_is_not_used(caplog):
         assert library._checked(one_ulp_off_at_one_value, gelu_new, "gelu_tanh") is None
     assert "gelu_tanh differs from MLX's" in caplog.text
     assert library._checked(gelu_new, gelu_new, "gelu_tanh") is gelu_new
+
+
+@needs_library
+def test_with_the_library_the_fast_codec_decodes_the_exact_audio(speaking_tts):
+    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+    from mlx_speech.families.moss_nano.codec_math import EXACT, FAST
+
+    codec = speaking_tts._service._codec
+    generator = np.random.default_rng(4)
+    frames = [mx.array(generator.integers(0, 16, 4).astype(np.int32)) for _ in range(6)]
+    exact, fast = (
+        decode_together(codec, 4, [(DecoderState(codec), frames)], numerics)[0]
+        for numerics in (EXACT, FAST)
+    )
+    assert (_bits(fast) == _bits(exact)).all()
