@@ -148,7 +148,7 @@ def main() -> None:
     import mlx_speech
     from mlx_speech.blas import active_blas
     from mlx_speech.engine import shared_engine
-    from mlx_speech.families.moss_nano.row_products import row_products
+    from mlx_speech.families.moss_nano.lone_row import lone_row_model
 
     blas = active_blas()
     if args.with_chat_model:
@@ -158,7 +158,7 @@ def main() -> None:
     tts = mlx_speech.load(args.checkpoint)
     ours_loaded = _active_mib()
     theirs = load_model(Path(args.checkpoint))
-    fast = shared_engine().call(lambda: row_products(theirs) is not None)
+    lone = shared_engine().call(lambda: lone_row_model(theirs))
     clip = _reference_clip(args.reference_seconds)
     frames, rate = args.frames, tts.sample_rate
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
@@ -194,7 +194,13 @@ def main() -> None:
     results = {
         "checkpoint": args.checkpoint,
         "blas": blas,
-        "lone_request_products": "sgemv (fast)" if fast else "MLX (reference mode)",
+        "lone_request": (
+            "MLX"
+            if lone is None
+            else "host, sgemv when sampling"
+            if lone.fast
+            else "host, sgemm"
+        ),
         "frames": frames,
         "repeats": args.repeats,
         "audio_seconds": round(audio_seconds, 3),

@@ -6,8 +6,9 @@ With the library (``mlx_speech/families/moss_nano/exact_activations.c``) and
 without it (MLX's own operations, as where it cannot be built), taking turns
 in one process, ``--repeats`` times: encoding a 3 s reference clip, a new
 voice's prompt prefix (that clip's rows and the template around them), one
-38-row prompt and eight at once, a lone sampled frame step (sgemv products
-where OpenBLAS is loaded) and decoding 16 frames in the exact mode.
+38-row prompt and eight at once, and decoding 16 frames in the exact mode.
+(A lone request's frame step runs on the host only with the library:
+``bench/profile_frame.py`` measures it.)
 Prints the best of each, and whether the reference codes, the prefix's KV
 state and the decoded audio are bit for bit the same both ways. On Linux it
 re-runs itself with the system OpenBLAS when one is installed.
@@ -43,7 +44,7 @@ def _timed(work) -> tuple[float, object]:
     return (time.perf_counter() - started) * 1000, result
 
 
-def _workloads(service, products) -> dict:
+def _workloads(service) -> dict:
     """Name → a function doing that work and returning what it computed."""
     import mlx.core as mx
 
@@ -75,7 +76,7 @@ def _workloads(service, products) -> dict:
     job = FrameJob(model, prompt, sampling, KeySequence(0))
     frames = []
     for _ in range(16):
-        step(model, [job], products)
+        step(model, [job])
         frames.append(job.frame)
     mx.eval(frames)
 
@@ -90,10 +91,6 @@ def _workloads(service, products) -> dict:
         caches = [block_caches(len(model.transformer.h)) for _ in range(count)]
         return forward_rows(model.transformer, text_rows[:count], caches)
 
-    def frame_step():
-        step(model, [job], products)
-        return job.frame
-
     def decode():
         state = DecoderState(codec)
         return decode_together(codec, model.config.n_vq, [(state, frames)], EXACT)
@@ -103,7 +100,6 @@ def _workloads(service, products) -> dict:
         "a new voice's prefix": prefix,
         "one 38-row prompt": lambda: prompts(1),
         "eight 38-row prompts": lambda: prompts(8),
-        "a lone sampled frame step": frame_step,
         "decode 16 frames (exact mode)": decode,
     }
 
@@ -114,14 +110,13 @@ def main() -> None:
 
     use_fast_blas()
     from mlx_speech.families.moss_nano import exact_activations
-    from mlx_speech.families.moss_nano.row_products import row_products
     from mlx_speech.families.moss_nano.service import load
 
     service = load(Path(args.checkpoint))
     library = exact_activations.exact_activations()
     if library is None:
         raise SystemExit("the C library could not be built here")
-    workloads = _workloads(service, row_products(service._model))
+    workloads = _workloads(service)
     sides = {"MLX": None, "C": library}
     best = {side: dict.fromkeys(workloads, float("inf")) for side in sides}
     outputs: dict = {side: {} for side in sides}

@@ -1,13 +1,14 @@
-"""How often a lone request's fast products (OpenBLAS sgemv) change its codes.
+"""How often a lone request's frames on the host change its codes.
 
     python bench/check_fast_products.py CHECKPOINT [--requests 20] [--frames 60]
 
 Each request (English and Chinese sentences, half greedy, half sampled with a
-seed) runs alone twice on the worker: in the reference mode (every product
-through MLX, as mlx-audio computes it) and with the fast single-row products.
-It counts the requests whose codes differ, the frame where each first
-differs, and the frames compared. Needs the system OpenBLAS (it re-runs
-itself with it preloaded); the fast products exist only there.
+seed) runs alone twice on the worker: through MLX (every product as mlx-audio
+computes it) and on the host (``lone_row``: a greedy request's products
+through sgemm as MLX calls it, so its codes must not change; a sampled one's
+through sgemv). It counts the requests whose codes differ, the frame where
+each first differs, and the frames compared. It re-runs itself with the
+system OpenBLAS when one is installed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _codes(model, request, products) -> list[list[int]]:
+def _codes(model, request, lone) -> list[list[int]]:
     from mlx_speech.families.moss_nano.loop import FrameJob, step
     from mlx_speech.families.moss_nano.sampling import KeySequence
 
@@ -46,7 +47,7 @@ def _codes(model, request, products) -> list[list[int]]:
     job = FrameJob(model, prompt, sampling, KeySequence(seed))
     codes = []
     while not job.done:
-        step(model, [job], products)
+        step(model, [job], lone)
         if not job.stopped:
             codes.append(job.frame.tolist())
     return codes
@@ -67,14 +68,14 @@ def main() -> None:
     import mlx_speech
     from mlx_speech.blas import active_blas
     from mlx_speech.engine import shared_engine
-    from mlx_speech.families.moss_nano.row_products import row_products
+    from mlx_speech.families.moss_nano.lone_row import lone_row_model
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
     tts = mlx_speech.load(args.checkpoint)
     model = tts._service._model
-    products = shared_engine().call(lambda: row_products(model))
-    if products is None:
-        raise SystemExit("no fast products here: they need Linux's CPU and OpenBLAS")
+    lone = shared_engine().call(lambda: lone_row_model(model))
+    if lone is None:
+        raise SystemExit("no host step here: it needs Linux's CPU and the C library")
     differing = []
     frames = 0
     for index in range(args.requests):
@@ -85,7 +86,7 @@ def main() -> None:
         text = SENTENCES[index % len(SENTENCES)]
         request = (text, _frame_sampling(options), 2000 + index)
         exact = shared_engine().call(lambda r=request: _codes(model, r, None))
-        fast = shared_engine().call(lambda r=request: _codes(model, r, products))
+        fast = shared_engine().call(lambda r=request: _codes(model, r, lone))
         frames += len(exact)
         first = _first_difference(exact, fast)
         if first is not None:

@@ -4,9 +4,10 @@
 
 Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
 ``generate()`` of 60 frames minus 20, over 40); our frame step (one request
-after 24 frames) greedy, and sampled (the default) in the reference mode and,
-where OpenBLAS is loaded, with its products through sgemv (a greedy request
-keeps MLX's); MLX's matrix products alone, in the step's order
+after 24 frames) greedy and sampled (the default), each through MLX (as a
+request in a batch steps) and on the host (``lone_row``: as a request alone
+steps; a sampled one's products through sgemv unless ``MLX_SPEECH_EXACT=1``);
+MLX's matrix products alone, in the step's order
 and shapes (12 global layers, 17 local positions, 16 codebook heads and the
 text head: the floor the step cannot go under while MLX computes them with
 ``sgemm``), alone and for ``--batch`` requests stepped together; and our
@@ -45,9 +46,9 @@ def _their_steady_ms(theirs) -> float:
     return (seconds(60) - short) / 40 * 1000
 
 
-def _our_step_ms(model, products=None, frames: int = 16, greedy: bool = True):
-    """→ ms per frame step (the lone request's products through ``products``
-    when given: they apply to sampling requests only), and the frames it made."""
+def _our_step_ms(model, lone=None, frames: int = 16, greedy: bool = True):
+    """→ ms per frame step (on the host through ``lone`` when given), and the
+    frames it made."""
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.loop import FrameJob, step
@@ -61,12 +62,12 @@ def _our_step_ms(model, products=None, frames: int = 16, greedy: bool = True):
     )
     job = FrameJob(model, prompt, sampling, KeySequence(0))
     for _ in range(24):
-        step(model, [job], products)
+        step(model, [job], lone)
     mx.eval(job.frame)
     made = []
     started = time.perf_counter()
     for _ in range(frames):
-        step(model, [job], products)
+        step(model, [job], lone)
         made.append(job.frame)
     mx.eval(made)
     return (time.perf_counter() - started) / frames * 1000, made
@@ -127,28 +128,30 @@ def main() -> None:
     from mlx_audio.tts.utils import load_model
 
     from mlx_speech.blas import active_blas
-    from mlx_speech.families.moss_nano.row_products import row_products
     from mlx_speech.families.moss_nano.service import load
 
     service = load(Path(args.checkpoint))
     model, codec = service._model, service._codec
-    products = row_products(model)
+    lone = service._batch._lone
     theirs = load_model(Path(args.checkpoint))
     _their_steady_ms(theirs)  # warm-up
     runs: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         runs.setdefault("mlx-audio steady frame", []).append(_their_steady_ms(theirs))
         step_ms, made = _our_step_ms(model)
-        runs.setdefault("our frame step, greedy", []).append(step_ms)
+        runs.setdefault("our greedy step, through MLX", []).append(step_ms)
+        if lone is not None:
+            host_ms = _our_step_ms(model, lone)[0]
+            runs.setdefault("our greedy step, alone on the host", []).append(host_ms)
         products_ms = _products_alone_ms(model)
         runs.setdefault("  MLX's matrix products alone", []).append(products_ms)
         batch_ms = _products_alone_ms(model, args.batch)
         runs.setdefault(f"  the same for {args.batch} rows", []).append(batch_ms)
         sampled_ms = _our_step_ms(model, greedy=False)[0]
-        runs.setdefault("our frame step, sampled", []).append(sampled_ms)
-        if products is not None:
-            runs.setdefault("  sampled, sgemv products", []).append(
-                _our_step_ms(model, products, greedy=False)[0]
+        runs.setdefault("our sampled step, through MLX", []).append(sampled_ms)
+        if lone is not None:
+            runs.setdefault("our sampled step, alone on the host", []).append(
+                _our_step_ms(model, lone, greedy=False)[0]
             )
         decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
         runs.setdefault("our codec decode per frame", []).append(decode_ms)

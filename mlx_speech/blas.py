@@ -45,12 +45,22 @@ def active_blas() -> str:
 
 def loaded_openblas() -> str | None:
     """The path of the OpenBLAS library this process has loaded, if any (Linux)."""
+    return _loaded_library("/libopenblas")
+
+
+def mlx_blas() -> str | None:
+    """The path of the BLAS MLX's products run on in this process (Linux): the
+    preloaded OpenBLAS, else the mlx-cpu wheel's own."""
+    return loaded_openblas() or _loaded_library("/libblas")
+
+
+def _loaded_library(name: str) -> str | None:
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return None
     for line in maps.splitlines():
         path = line.split(maxsplit=5)[-1]
-        if "/libopenblas" in path:
+        if name in path:
             return path
     return None

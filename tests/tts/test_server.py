@@ -152,7 +152,9 @@ def test_first_bytes_arrive_before_generation_ends(server):
         json={
             "input": "Hello there.",
             "temperature": 0,
-            "max_new_tokens": 200,
+            # long enough that the tiny model's generation, fast alone on
+            # the host, clearly outlasts the first chunk
+            "max_new_tokens": 1000,
             "response_format": "wav",
         },
     ) as response:

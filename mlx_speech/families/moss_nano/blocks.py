@@ -13,10 +13,8 @@ compiler is found, MLX runs the same operations unfused.
 A block is passed as its module: MLX hands the compiled function its
 parameters as nested dicts.
 
-Every matrix product goes through ``product``: MLX's (``linear``) by default,
-or one computed outside MLX's graph (``row_products``), in which case the
-work between two products runs as small compiled functions of its own. A
-quantized layer (``--quantize``) always takes MLX's quantized product.
+A quantized layer (``--quantize``) takes MLX's quantized product. (A lone
+request's frame runs outside MLX: ``lone_row``.)
 """
 
 from __future__ import annotations
@@ -38,9 +36,6 @@ Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows,
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
     """``x @ weight.T`` (plus ``bias``), as mlx-audio's ``nn.Linear`` computes it."""
     return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
-
-
-Product = Callable[[mx.array, mx.array, mx.array | None], mx.array]
 
 
 class BlockSettings(NamedTuple):
@@ -66,14 +61,12 @@ def attention_inputs(
     rotation: Rotation | None,
     heads: int,
     eps: float,
-    product: Product = linear,
 ) -> tuple[mx.array, mx.array, mx.array]:
     """``ln_1`` and ``c_attn`` of ``x`` (``[batch, rows, width]``) → queries,
     keys, values as ``[batch, rows, heads, head_dim]``, queries and keys
     rotated when the block uses RoPE."""
     normed = mx.fast.layer_norm(x, block["ln_1"]["weight"], block["ln_1"]["bias"], eps)
-    qkv = _apply(product, block["attn"]["c_attn"], normed)
-    return _between_products(product, _split_heads)(qkv, rotation, heads)
+    return _split_heads(_apply(block["attn"]["c_attn"], normed), rotation, heads)
 
 
 def _split_heads(
@@ -96,17 +89,16 @@ def block_output(
     attended: mx.array,
     eps: float,
     activation: str,
-    product: Product = linear,
     activate: Callable[[mx.array, str], mx.array] | None = None,
 ) -> mx.array:
     """The rest of the block after attention (``attended``: ``[batch, rows,
     width]``): ``c_proj`` and the residual, then ``ln_2``, the MLP (its
     activation through ``activate`` when given) and its residual."""
-    projected = _apply(product, block["attn"]["c_proj"], attended)
-    x, normed = _between_products(product, _add_and_norm)(x, projected, block["ln_2"], eps)
-    inner = _apply(product, block["mlp"]["fc_in"], normed)
-    inner = (activate or _between_products(product, _activate))(inner, activation)
-    return x + _apply(product, block["mlp"]["fc_out"], inner)
+    projected = _apply(block["attn"]["c_proj"], attended)
+    x, normed = _add_and_norm(x, projected, block["ln_2"], eps)
+    inner = _apply(block["mlp"]["fc_in"], normed)
+    inner = (activate or _activate)(inner, activation)
+    return x + _apply(block["mlp"]["fc_out"], inner)
 
 
 def _add_and_norm(
@@ -123,8 +115,6 @@ def local_step(
     rotations: Rotation | None,
     blocks: tuple[BlockSettings, ...],
     final_eps: float,
-    product: Product = linear,
-    activate: Callable[[mx.array, str], mx.array] | None = None,
 ) -> tuple[mx.array, list[tuple[mx.array, mx.array]]]:
     """The next position of a short transformer for ``batch`` sequences side
     by side (``x``: ``[batch, 1, width]``) → ``ln_f`` of its output, and the
@@ -135,7 +125,6 @@ def local_step(
     tables of all positions (``[1, positions, 1, head_dim]``). Every sequence
     is at the same position, so the one query sees every key and needs no
     mask. (Compiled, ``blocks`` arrive as plain tuples, hence the unpacking.)
-    ``activate``, when given, computes the activation (``activate_row``).
     """
     position = caches[0][0].shape[2] if caches else 0
     rotation = None
@@ -144,13 +133,11 @@ def local_step(
     grown = []
     for layer, (block, shape) in enumerate(zip(transformer["h"], blocks, strict=True)):
         heads, scale, eps, activation = shape
-        queries, keys, values = attention_inputs(block, x, rotation, heads, eps, product)
+        queries, keys, values = attention_inputs(block, x, rotation, heads, eps)
         history = caches[layer] if caches else None
-        attended, kept = _between_products(product, _attend_position)(
-            queries, keys, values, history, scale
-        )
+        attended, kept = _attend_position(queries, keys, values, history, scale)
         grown.append(kept)
-        x = block_output(block, x, attended, eps, activation, product, activate)
+        x = block_output(block, x, attended, eps, activation)
     ln_f = transformer["ln_f"]
     return mx.fast.layer_norm(x, ln_f["weight"], ln_f["bias"], final_eps), grown
 
@@ -179,10 +166,10 @@ block_output_compiled = mx.compile(block_output)
 local_step_compiled = mx.compile(local_step)
 
 
-def _apply(product: Product, layer, x: mx.array) -> mx.array:
+def _apply(layer, x: mx.array) -> mx.array:
     if "scales" in layer:
         return _quantized_linear(layer, x)
-    return product(x, layer["weight"], layer.get("bias"))
+    return linear(x, layer["weight"], layer.get("bias"))
 
 
 def _quantized_linear(layer, x: mx.array) -> mx.array:
@@ -203,13 +190,6 @@ def _quantized_linear(layer, x: mx.array) -> mx.array:
     return out + layer["bias"] if "bias" in layer else out
 
 
-def _between_products(product: Product, piece: Callable) -> Callable:
-    """``piece`` (the work between two products) as is while the products are
-    MLX's, traced with the rest of a compiled step; compiled on its own when
-    they run outside MLX's graph, each piece then being a graph of its own."""
-    return piece if product is linear else _COMPILED_BETWEEN_PRODUCTS[piece]
-
-
 def activate_rows(x: mx.array, name: str) -> mx.array:
     """The activation of a prompt's rows, outside a compiled step: the C
     library's ``gelu_new`` where it passed its check (``exact_activations``),
@@ -217,14 +197,6 @@ def activate_rows(x: mx.array, name: str) -> mx.array:
     way the numbers are MLX's."""
     gelu = _host_activation(x, name)
     return gelu(x) if gelu is not None else in_halves(partial(_activate, name=name), -1, x)
-
-
-def activate_row(x: mx.array, name: str) -> mx.array:
-    """The activation of a lone row between products computed outside MLX
-    (``row_products``): the C library's where it can, else compiled (for a
-    few rows, splitting costs more than it saves)."""
-    gelu = _host_activation(x, name)
-    return gelu(x) if gelu is not None else _COMPILED_BETWEEN_PRODUCTS[_activate](x, name)
 
 
 def _host_activation(x: mx.array, name: str) -> Callable[[mx.array], mx.array] | None:
@@ -237,9 +209,3 @@ def _activate(x: mx.array, name: str) -> mx.array:
     if name == "silu":
         return nn.silu(x)
     return nn.gelu(x)
-
-
-_COMPILED_BETWEEN_PRODUCTS = {
-    piece: mx.compile(piece)
-    for piece in (_split_heads, _add_and_norm, _activate, _attend_position)
-}

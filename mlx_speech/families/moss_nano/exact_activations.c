@@ -13,6 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef long count_t;
@@ -171,4 +172,207 @@ void gelu_tanh(const float *x, float *out, count_t n) { in_halves(gelu_tanh_rows
 void gelu_erf(const float *x, float *out, count_t n) { in_halves(gelu_erf_rows, x, out, n, 1); }
 void softmax(const float *x, float *out, count_t n, count_t width) {
     in_halves(softmax_span, x, out, n, width);
+}
+
+/* ---- One row through a GPT-2 block, outside MLX ----
+ *
+ * A lone request's frame step pushes one row through each block. Here the
+ * whole block runs in C on host buffers: the products through the BLAS MLX
+ * itself calls (its address handed over by use_blas), either as MLX calls
+ * it (sgemm: the same numbers) or through sgemv (half the memory traffic, the
+ * sums in another order); between them MLX's layer norm, rotation,
+ * attention and GELU, number for number. */
+
+typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int,
+                         float, float *, int);
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                         const float *, int, float, float *, int);
+static sgemv_fn blas_sgemv;
+static sgemm_fn blas_sgemm;
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+void use_blas(void *gemv, void *gemm) {
+    blas_sgemv = (sgemv_fn)gemv;
+    blas_sgemm = (sgemm_fn)gemm;
+}
+
+/* out = x @ w.T (+ bias) for one row x of ins floats; w is [outs, ins].
+ * With bias, as MLX's addmm: the bias copied to out, then beta = 1. */
+void row_product(const float *x, const float *w, const float *bias, float *out,
+                 count_t outs, count_t ins, int gemv) {
+    float beta = 0.0f;
+    if (bias) {
+        memcpy(out, bias, outs * sizeof(float));
+        beta = 1.0f;
+    }
+    if (gemv)
+        blas_sgemv(ROW_MAJOR, NO_TRANS, outs, ins, 1.0f, w, ins, x, 1, beta, out, 1);
+    else
+        blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, outs, ins, 1.0f, x, ins, w, ins, beta, out,
+                   outs);
+}
+
+/* MLX's layer norm on the CPU (its fallback: mean as the sum times 1/n,
+ * the centred values, their mean square, times 1/sqrt(var + eps), then the
+ * weight and bias), for rows of width floats. */
+void layer_norm(const float *x, const float *w, const float *b, float eps, float *out,
+                count_t n, count_t width) {
+    float inverse = (float)(1.0 / (double)width);
+    for (count_t start = 0; start < n; start += width) {
+        const float *row = x + start;
+        float *o = out + start;
+        float total = 0.0f;
+        for (count_t j = 0; j < width; j++) total = total + row[j];
+        float mean = total * inverse;
+        float squares = 0.0f;
+        for (count_t j = 0; j < width; j++) {
+            o[j] = row[j] - mean;
+            squares = squares + o[j] * o[j];
+        }
+        float scale = 1.0f / sqrtf(squares * inverse + eps);
+        for (count_t j = 0; j < width; j++) o[j] = (o[j] * scale) * w[j] + b[j];
+    }
+}
+
+/* One query row (heads * dim floats) over a cache of keys and values laid
+ * out [heads, capacity, dim], its first length positions: MLX's attention on
+ * the CPU (the queries scaled, their product with the keys, the softmax, the
+ * product with the values), each product the sgemm MLX makes. scores holds
+ * length floats. */
+static void attend_row(const float *q, const float *keys, const float *values, count_t heads,
+                count_t capacity, count_t length, count_t dim, float scale, float *scaled,
+                float *scores, float *out) {
+    for (count_t h = 0; h < heads; h++) {
+        const float *k = keys + h * capacity * dim, *v = values + h * capacity * dim;
+        for (count_t j = 0; j < dim; j++) scaled[j] = scale * q[h * dim + j];
+        blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, length, dim, 1.0f, scaled, dim, k, dim, 0.0f,
+                   scores, length);
+        softmax_span(scores, scores, length, length);
+        blas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, 1, dim, length, 1.0f, scores, length, v, dim,
+                   0.0f, out + h * dim, dim);
+    }
+}
+
+/* mlx-audio's rotation of each head's dim floats: x * cos + rotate_half(x) *
+ * sin, where rotate_half pairs (a, b) into (-b, a). */
+static void rotate(float *x, const float *cos, const float *sin, count_t heads, count_t dim) {
+    for (count_t h = 0; h < heads; h++) {
+        float *p = x + h * dim;
+        for (count_t j = 0; j < dim; j += 2) {
+            float even = p[j], odd = p[j + 1];
+            p[j] = even * cos[j] + (-odd) * sin[j];
+            p[j + 1] = odd * cos[j + 1] + even * sin[j + 1];
+        }
+    }
+}
+
+struct block {
+    const float *ln_1_w, *ln_1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    const float *ln_2_w, *ln_2_b, *fc_in_w, *fc_in_b, *fc_out_w, *fc_out_b;
+    count_t width, heads, inner;
+    float eps, scale;
+};
+
+/* x (width floats) through the block (its activation GPT-2's gelu_new) at
+ * position, in place: its keys and values written into the cache there. cos
+ * and sin: the rotation at the position (NULL: no rotation). work:
+ * 5 * width + 2 * inner + dim + position + 1 floats. */
+void block_row(const struct block *b, float *x, float *keys, float *values, count_t capacity,
+               count_t position, const float *cos, const float *sin, int gemv, float *work) {
+    count_t width = b->width, dim = width / b->heads;
+    float *normed = work, *qkv = normed + width, *attended = qkv + 3 * width;
+    float *inner = attended + width, *activated = inner + b->inner;
+    float *scaled = activated + b->inner, *scores = scaled + dim;
+    layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, width, width);
+    row_product(normed, b->attn_w, b->attn_b, qkv, 3 * width, width, gemv);
+    float *q = qkv, *k = qkv + width, *v = qkv + 2 * width;
+    if (cos) {
+        rotate(q, cos, sin, b->heads, dim);
+        rotate(k, cos, sin, b->heads, dim);
+    }
+    for (count_t h = 0; h < b->heads; h++) {
+        memcpy(keys + (h * capacity + position) * dim, k + h * dim, dim * sizeof(float));
+        memcpy(values + (h * capacity + position) * dim, v + h * dim, dim * sizeof(float));
+    }
+    attend_row(q, keys, values, b->heads, capacity, position + 1, dim, b->scale, scaled, scores,
+               attended);
+    row_product(attended, b->proj_w, b->proj_b, qkv, width, width, gemv);
+    for (count_t j = 0; j < width; j++) x[j] = x[j] + qkv[j];
+    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, width, width);
+    row_product(normed, b->fc_in_w, b->fc_in_b, inner, b->inner, width, gemv);
+    gelu_tanh_span(inner, activated, b->inner);
+    row_product(activated, b->fc_out_w, b->fc_out_b, qkv, width, b->inner, gemv);
+    for (count_t j = 0; j < width; j++) x[j] = x[j] + qkv[j];
+}
+
+/* ---- A sampling head's draw, as mlx-speech's compiled draw computes it ----
+ *
+ * The temperature, mlx-audio's top-k and top-p filters and MLX's inverse-CDF
+ * draw (sampling.py) for one row of logits, with MLX's log-softmax,
+ * stable argsort and running sums. MLX keeps the top k by a partition whose
+ * order among equal values is its own, so a tie at the k-th place returns
+ * -1: the caller draws through MLX instead. */
+
+/* x - max(x), then minus the log of the sum of exps, as MLX's log_softmax
+ * and logsumexp compute them. */
+static void log_softmax_row(const float *x, float *out, count_t n) {
+    float top = -INFINITY;
+    for (count_t j = 0; j < n; j++) top = x[j] > top ? x[j] : top;
+    for (count_t j = 0; j < n; j++) out[j] = x[j] - top;
+    float shifted_top = -INFINITY;
+    for (count_t j = 0; j < n; j++) shifted_top = out[j] > shifted_top ? out[j] : shifted_top;
+    float total = 0.0f;
+    for (count_t j = 0; j < n; j++) total = total + exp_mlx(out[j] - shifted_top);
+    float normalizer = isinf(shifted_top) ? shifted_top : logf(total) + shifted_top;
+    for (count_t j = 0; j < n; j++) out[j] = out[j] - normalizer;
+}
+
+struct ranked { float value; long index; };
+
+static int ascending(const void *a, const void *b) {
+    const struct ranked *x = a, *y = b;
+    if (x->value != y->value) return x->value < y->value ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* work: 2 * n floats; ranks: n entries. */
+long filtered_draw(const float *logits, count_t n, float temperature, count_t top_k,
+                   int top_p, float threshold, float uniform, float *work,
+                   struct ranked *ranks) {
+    float *scores = work, *logprobs = work + n;
+    for (count_t j = 0; j < n; j++) {
+        if (isnan(logits[j])) return -1;
+        scores[j] = logits[j] / temperature;
+    }
+    if (top_k) {
+        log_softmax_row(scores, logprobs, n);
+        for (count_t j = 0; j < n; j++) ranks[j] = (struct ranked){-logprobs[j], j};
+        qsort(ranks, n, sizeof *ranks, ascending);
+        float kth = -ranks[top_k - 1].value;
+        if (-ranks[top_k].value == kth) return -1;
+        for (count_t j = 0; j < n; j++) scores[j] = logprobs[j] >= kth ? scores[j] : -INFINITY;
+    }
+    if (top_p) {
+        log_softmax_row(scores, logprobs, n);
+        for (count_t j = 0; j < n; j++) ranks[j] = (struct ranked){logprobs[j], j};
+        qsort(ranks, n, sizeof *ranks, ascending);
+        float running = 0.0f;
+        for (count_t j = 0; j < n; j++) {
+            long token = ranks[j].index;
+            running = running + exp_mlx(logprobs[token]);
+            if (!(running > threshold)) scores[token] = -INFINITY;
+        }
+    }
+    float top = -INFINITY;
+    for (count_t j = 0; j < n; j++) top = scores[j] > top ? scores[j] : top;
+    float total = 0.0f;
+    for (count_t j = 0; j < n; j++) {
+        float weight = isinf(top) ? (float)(scores[j] == top) : exp_mlx(scores[j] - top);
+        total = total + weight;
+        logprobs[j] = total; /* the running sum */
+    }
+    float bound = uniform * total;
+    long below = 0;
+    for (count_t j = 0; j < n; j++) below += logprobs[j] < bound;
+    return below;
 }

@@ -64,6 +64,7 @@ class ExactActivations:
     also checked inside ``scaled_dot_product_attention``)."""
 
     def __init__(self, library: ctypes.CDLL):
+        self.library = library  # its other entries are checked where they are used
         probes = [_probe()]
         self.gelu_tanh = _checked(
             _host_function(library.gelu_tanh), gelu_new, "gelu_tanh", probes

@@ -18,19 +18,16 @@ import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask
 
 from .blocks import (
-    activate_row,
     activate_rows,
     attention_inputs,
     attention_inputs_compiled,
     block_output,
     block_output_compiled,
-    local_step,
     local_step_compiled,
     settings,
 )
 from .exact_activations import scaled_dot_product_attention as attention
 from .kv_cache import BlockKVCache
-from .row_products import RowProducts
 
 
 @dataclass(frozen=True)
@@ -41,17 +38,11 @@ class BlockVariant:
     block_output: Callable
 
 
-def block_variant(single_rows: bool, row_products: RowProducts | None) -> BlockVariant:
+def block_variant(single_rows: bool) -> BlockVariant:
     """One row per job is the frame step: its row-wise parts run compiled
     (their shapes repeat every frame). Prompts of any length run uncompiled,
-    so they leave no compiled variants behind, as does a lone row whose
-    products go through ``row_products``; both take the C library's
-    activation where they can (``activate_rows``, ``activate_row``)."""
-    if row_products is not None:
-        return BlockVariant(
-            partial(attention_inputs, product=row_products),
-            partial(block_output, product=row_products, activate=activate_row),
-        )
+    so they leave no compiled variants behind, and take the C library's
+    activation where they can (``activate_rows``)."""
     if single_rows:
         return BlockVariant(attention_inputs_compiled, block_output_compiled)
     return BlockVariant(attention_inputs, partial(block_output, activate=activate_rows))
@@ -101,7 +92,6 @@ def forward_rows(
     transformer,
     inputs: list[mx.array],
     caches: list[list[BlockKVCache]],
-    row_products: RowProducts | None = None,
 ) -> mx.array:
     """mlx-audio's GPT-2 forward for several jobs' new rows (``[1, rows,
     width]`` each), laid end to end → each job's last hidden state."""
@@ -109,7 +99,7 @@ def forward_rows(
     x = mx.concatenate(inputs, axis=1)
     if transformer.wpe is not None:
         x = x + transformer.wpe(spans.positions())
-    variant = block_variant(spans.single_rows, row_products)
+    variant = block_variant(spans.single_rows)
     rotary = transformer.h[0].attn.rotary_emb
     rotation = None if rotary is None else rotation_at(rotary, spans.positions(mx.float32))
     masks = spans.masks(x.dtype)
@@ -192,9 +182,8 @@ class LocalPass:
     """The local transformer over one frame, a position per call, for all
     jobs side by side."""
 
-    def __init__(self, transformer, positions: int, product: RowProducts | None = None):
+    def __init__(self, transformer, positions: int):
         self._transformer = transformer
-        self._product = product
         self._blocks = tuple(settings(block) for block in transformer.h)
         rotary = transformer.h[0].attn.rotary_emb
         self._rotations = (
@@ -218,11 +207,6 @@ class LocalPass:
             self._blocks,
             self._transformer.ln_f.eps,
         )
-        if self._product is None:
-            hidden, self._caches = local_step_compiled(*arguments)
-        else:
-            hidden, self._caches = local_step(
-                *arguments, product=self._product, activate=activate_row
-            )
+        hidden, self._caches = local_step_compiled(*arguments)
         self._position += 1
         return hidden[:, -1, :]

@@ -14,17 +14,17 @@ token was audio-end ever reaches the decoder.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 from mlx_audio.tts.models.moss_tts_nano import Model
 
 from .blocks import linear
 from .forward import LocalPass, forward_rows
 from .kv_cache import BlockKVCache, block_caches
-from .row_products import RowProducts
+from .lone_row import LoneRowModel, leave_host
 from .sampling import (
-    GREEDY_HEAD,
     HeadSampler,
     KeySequence,
     RepetitionHistory,
@@ -99,6 +99,7 @@ class FrameJob:
         self.frame: mx.array | None = None
         self.stopped = False
         self.failure: BaseException | None = None  # set when its batch failed
+        self.host = None  # while stepped alone on the host (``lone_row``)
 
     @property
     def done(self) -> bool:
@@ -111,19 +112,20 @@ class FrameJob:
         self.inputs = next_input
 
 
-def step(
-    model: Model, jobs: list[FrameJob], row_products: RowProducts | None = None
-) -> None:
+def step(model: Model, jobs: list[FrameJob], lone: LoneRowModel | None = None) -> None:
     """One frame for each job (none of them done). A job stepped alone runs
-    its matrix products through ``row_products`` when given."""
+    on the host through ``lone`` when given (after its prompt, which MLX runs)."""
+    if lone is not None and len(jobs) == 1:
+        job = jobs[0]
+        prompt = job.host is None and job.inputs.shape[1] > 1
+        lone.step(job, np.array(_global_hidden(model, jobs)[0]) if prompt else None)
+        return
+    for job in jobs:
+        leave_host(job)
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
-    # Greedy codes must not depend on company, so only a sampling job takes
-    # the single-row products, whose sums round differently.
-    lone = row_products if len(jobs) == 1 and not jobs[0].sampling.greedy else None
-    hidden = _global_hidden(model, jobs, lone)
-    local = LocalPass(model.local_transformer, positions=config.n_vq + 1, product=lone)
-    head = lone or linear
+    hidden = _global_hidden(model, jobs)
+    local = LocalPass(model.local_transformer, positions=config.n_vq + 1)
     going = _text_head_continues(model, jobs, local(hidden))
     for index, job in enumerate(jobs):
         job.frame = None
@@ -138,7 +140,7 @@ def step(
     sampled, uniforms = next_draws(samplers, sequences, len(model.audio_embeddings))
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
-        logits = head(local(previous), embedding.weight)
+        logits = linear(local(previous), embedding.weight)
         logits = penalize_repeats(
             logits,
             seen[:, channel, : logits.shape[-1]],
@@ -156,9 +158,7 @@ def step(
             job.finish_frame(frames[index], next_inputs[index : index + 1])
 
 
-def _global_hidden(
-    model: Model, jobs: list[FrameJob], row_products: RowProducts | None
-) -> mx.array:
+def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
     """The global transformer's last hidden state per job, ``[jobs, width]``.
 
     Jobs on their next frame (one row each) run in one forward; jobs still on
@@ -173,8 +173,7 @@ def _global_hidden(
             continue
         inputs = [jobs[index].inputs for index in group]
         caches = [jobs[index].cache for index in group]
-        product = row_products if group is single_rows else None
-        last = forward_rows(model.transformer, inputs, caches, product)
+        last = forward_rows(model.transformer, inputs, caches)
         for position, index in enumerate(group):
             hidden[index] = last[position]
     return mx.stack(hidden)
@@ -213,30 +212,24 @@ def frames(
 def warm_up(
     model: Model,
     sampling: FrameSampling,
-    row_products: RowProducts | None = None,
+    lone: LoneRowModel | None = None,
     max_batch: int = 2,
 ) -> None:
     """Steps a short prompt alone, then ``max_batch`` prompts together and
     every group size up to ``max_batch``, with ``sampling`` (the requests'
-    default) and ``row_products`` (as the requests will be). MLX traces its
+    default) and ``lone`` (as the requests will be). MLX traces its
     compiled parts again for every new shape, and the first use of one on a
     machine builds its kernels (seconds, once; MLX keeps them on disk); one
-    job alone and several together use different ones, and so does a greedy
-    job alone when ``row_products`` are given (it keeps MLX's). Done at load,
-    so the first burst of requests runs as fast as later ones."""
+    job alone and several together use different ones. Done at load, so the
+    first burst of requests runs as fast as later ones."""
     prompt, _ = model.build_inference_input_ids(
         text="Hello.", tokenizer=model.tokenizer, mode="continuation"
     )
     together = max(max_batch, 2)
     jobs = [FrameJob(model, prompt, sampling, KeySequence(0)) for _ in range(together)]
     groups = [jobs[:1], jobs[:1], jobs, *(jobs[:size] for size in range(together, 1, -1))]
-    if row_products is not None:
-        greedy = replace(sampling, text=GREEDY_HEAD, audio=GREEDY_HEAD)
-        lone_greedy = FrameJob(model, prompt, greedy, KeySequence(0))
-        groups += [[lone_greedy], [lone_greedy]]
-        jobs.append(lone_greedy)
     for group in groups:
         live = [job for job in group if not job.done]
         if live:
-            step(model, live, row_products)
+            step(model, live, lone)
     mx.eval([job.frame for job in jobs if job.frame is not None])

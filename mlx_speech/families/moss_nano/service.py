@@ -40,9 +40,9 @@ from .codec import DecoderState, encode, samples_per_frame
 from .codec_math import CodecMath, codec_math
 from .forward import forward_rows
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
+from .lone_row import LoneRowModel, lone_row_model
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .quantize import quantize_transformers
-from .row_products import RowProducts, row_products
 from .sampling import GREEDY_HEAD, HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"
@@ -90,12 +90,12 @@ class MossNanoService(SpeechService):
         model: Model,
         codec: MossAudioTokenizer,
         codec_id: str,
-        row_products: RowProducts | None,
+        lone: LoneRowModel | None,
         numerics: CodecMath,
     ):
         self._model = model
         self._codec = codec
-        self._batch = FrameBatch(model, row_products)
+        self._batch = FrameBatch(model, lone)
         self._decodes = CodecBatch(codec, model.config.n_vq, numerics)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
@@ -295,9 +295,9 @@ def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoServic
             f"fetching {fallback or 'the default codec'} failed ({error})"
         ) from error
     model.audio_tokenizer = codec
-    products = row_products(model)
-    service = MossNanoService(model, codec, _codec_id(codec), products, codec_math())
-    warm_up(model, _frame_sampling(DEFAULTS), products, options.max_batch)
+    lone = lone_row_model(model)
+    service = MossNanoService(model, codec, _codec_id(codec), lone, codec_math())
+    warm_up(model, _frame_sampling(DEFAULTS), lone, options.max_batch)
     service.warm_up_decodes(options.max_batch)
     service.warm_up_prompt_prefix()
     return service
