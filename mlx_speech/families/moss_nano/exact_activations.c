@@ -335,7 +335,26 @@ static int ascending(const void *a, const void *b) {
     return (x->index > y->index) - (x->index < y->index);
 }
 
-/* work: 2 * n floats; ranks: n entries. */
+/* The k-th and the (k+1)-th largest of x: one pass keeping the k + 1
+ * largest in order (best: k + 1 floats). */
+static void kth_and_next(const float *x, count_t n, count_t k, float *best, float *kth,
+                         float *next) {
+    count_t kept = 0;
+    for (count_t j = 0; j < n; j++) {
+        float v = x[j];
+        if (kept == k + 1 && !(v > best[k])) continue;
+        count_t at = kept < k + 1 ? kept++ : k;
+        while (at > 0 && best[at - 1] < v) {
+            best[at] = best[at - 1];
+            at--;
+        }
+        best[at] = v;
+    }
+    *kth = best[k - 1];
+    *next = best[k];
+}
+
+/* work: 2 * n + top_k + 1 floats; ranks: n entries. */
 long filtered_draw(const float *logits, count_t n, float temperature, count_t top_k,
                    int top_p, float threshold, float uniform, float *work,
                    struct ranked *ranks) {
@@ -346,18 +365,21 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
     }
     if (top_k) {
         log_softmax_row(scores, logprobs, n);
-        for (count_t j = 0; j < n; j++) ranks[j] = (struct ranked){-logprobs[j], j};
-        qsort(ranks, n, sizeof *ranks, ascending);
-        float kth = -ranks[top_k - 1].value;
-        if (-ranks[top_k].value == kth) return -1;
+        float kth, next;
+        kth_and_next(logprobs, n, top_k, work + 2 * n, &kth, &next);
+        if (next == kth) return -1;
         for (count_t j = 0; j < n; j++) scores[j] = logprobs[j] >= kth ? scores[j] : -INFINITY;
     }
     if (top_p) {
+        /* MLX sorts every token (stably) and adds up their probabilities from
+         * the least likely; those at minus infinity come first and add 0. */
         log_softmax_row(scores, logprobs, n);
-        for (count_t j = 0; j < n; j++) ranks[j] = (struct ranked){logprobs[j], j};
-        qsort(ranks, n, sizeof *ranks, ascending);
+        count_t finite = 0;
+        for (count_t j = 0; j < n; j++)
+            if (logprobs[j] != -INFINITY) ranks[finite++] = (struct ranked){logprobs[j], j};
+        qsort(ranks, finite, sizeof *ranks, ascending);
         float running = 0.0f;
-        for (count_t j = 0; j < n; j++) {
+        for (count_t j = 0; j < finite; j++) {
             long token = ranks[j].index;
             running = running + exp_mlx(logprobs[token]);
             if (!(running > threshold)) scores[token] = -INFINITY;

@@ -137,10 +137,11 @@ class _Kernels:
         """``sampling._filtered_draw`` of one row, here; MLX's where a tie
         at the top-k boundary leaves the kept tokens to MLX's partition."""
         vocab = logits.size
-        if self._draw_work.size < 2 * vocab:
-            self._draw_work = np.empty(2 * vocab, dtype=np.float32)
-            self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
         top_k = sampler.top_k if 0 < sampler.top_k < vocab else 0
+        if self._draw_work.size < 2 * vocab + top_k + 1:
+            self._draw_work = np.empty(2 * vocab + top_k + 1, dtype=np.float32)
+        if self._ranks.size < vocab:
+            self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
         top_p = 0 < sampler.top_p < 1
         token = self.filtered_draw(
             logits.ctypes.data,
