@@ -216,17 +216,18 @@ def test_batching_off_still_interleaves(speaking_tts):
 
 def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir, monkeypatch):
     import mlx_speech
-    from mlx_speech.families.moss_nano import loop
+    from mlx_speech.families.moss_nano import batch
 
     tts = mlx_speech.load(speaking_dir)
     streams = [tts.stream(TEXTS[0], seed=i, max_new_tokens=20) for i in range(3)]
     for stream in streams:
         next(stream)
 
-    def broken(model, jobs, text_hidden):
+    def broken(model, jobs, lone):
         raise RuntimeError("the frame step broke")
 
-    monkeypatch.setattr(loop, "_text_head_continues", broken)
+    # whichever way the step goes (several jobs through MLX, one on the host)
+    monkeypatch.setattr(batch, "step", broken)
     for stream in streams:
         with pytest.raises(RuntimeError, match="frame step broke"):
             list(stream)

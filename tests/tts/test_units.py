@@ -6,14 +6,16 @@ from mlx_speech import blas
 from mlx_speech.families.chunk_schedule import ChunkSchedule
 
 
-def test_first_chunk_is_one_frame_then_chunks_double_up_to_the_cap():
+def test_first_chunk_is_one_frame_then_chunks_grow_by_half_up_to_the_cap():
     schedule = ChunkSchedule(max_frames=16)
     sizes = []
-    for _ in range(7):
+    for _ in range(12):
         size = schedule.frames_for_next_chunk()
         sizes.append(size)
         schedule.chunk_done(size)
-    assert sizes == [1, 2, 4, 8, 16, 16, 16]
+    assert sizes == [1, 1, 1, 1, 2, 3, 4, 6, 9, 14, 16, 16]
+    # every chunk is at most half the frames before it (after the first four)
+    assert all(size <= max(1, sum(sizes[:i]) // 2) for i, size in enumerate(sizes))
 
 
 def test_fast_blas_re_executes_at_most_once(monkeypatch, tmp_path):
