@@ -13,7 +13,8 @@ Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
 pass --reference-blas to measure the bundled reference BLAS instead, and set
-MLX_SPEECH_EXACT=1 to measure our reference mode (no sgemv products).
+MLX_SPEECH_EXACT=1 to measure our reference mode (no sgemv products for a
+lone sampled request; greedy ones, as here, never take them).
 With --with-chat-model it measures our streams alone and beside a chat model
 of Llama-3.2-1B's size in the same process instead (``beside_chat``).
 """
@@ -260,8 +261,8 @@ def _beside_chat(args, tts, blas: str) -> None:
 def _print_table(r: dict) -> None:
     theirs, stream, buffered = r["mlx_audio"], r["ours_stream"], r["ours_buffered"]
     print(
-        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; our lone request's products: "
-        f"{r['lone_request_products']}; {r['frames']} frames = {r['audio_seconds']} s "
+        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; our lone request: "
+        f"{r['lone_request']}; {r['frames']} frames = {r['audio_seconds']} s "
         "of audio; greedy; cloning a new reference"
     )
     rows = [

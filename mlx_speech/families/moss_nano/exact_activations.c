@@ -10,6 +10,7 @@
  * calls fma. Built with -ffp-contract=off, so no multiply-add is fused that
  * MLX does not fuse. The Python side checks the results against MLX's before
  * using them. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -397,4 +398,79 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
     long below = 0;
     for (count_t j = 0; j < n; j++) below += logprobs[j] < bound;
     return below;
+}
+
+/* ---- A prompt's rows through a block, outside MLX ----
+ *
+ * The rows of one request's prompt at positions start.. (its cache holds
+ * the positions before), as MLX computes them: each product one sgemm over
+ * all rows (the bias first copied to every row, as MLX's addmm does), each
+ * row attending over the cache up to its own position, the others masked
+ * with float32's lowest value as mlx-audio's causal mask does. */
+
+static void rows_product(const float *x, count_t rows, const float *w, const float *bias,
+                         float *out, count_t outs, count_t ins) {
+    for (count_t r = 0; r < rows; r++) memcpy(out + r * outs, bias, outs * sizeof(float));
+    blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, outs, ins, 1.0f, x, ins, w, ins, 1.0f, out,
+               outs);
+}
+
+/* rows queries (heads * dim floats each) over the cache's first start + rows
+ * positions; scaled: rows * dim floats, scores: rows * (start + rows). */
+static void attend_rows(const float *q, count_t rows, const float *keys, const float *values,
+                        count_t heads, count_t capacity, count_t start, count_t dim,
+                        float scale, float *scaled, float *scores, float *out, float *gathered) {
+    count_t length = start + rows, width = heads * dim;
+    for (count_t h = 0; h < heads; h++) {
+        const float *k = keys + h * capacity * dim, *v = values + h * capacity * dim;
+        for (count_t r = 0; r < rows; r++)
+            for (count_t j = 0; j < dim; j++) scaled[r * dim + j] = scale * q[r * width + h * dim + j];
+        blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, length, dim, 1.0f, scaled, dim, k, dim, 0.0f,
+                   scores, length);
+        for (count_t r = 0; r < rows; r++)
+            for (count_t j = start + r + 1; j < length; j++)
+                scores[r * length + j] = scores[r * length + j] + -FLT_MAX;
+        softmax(scores, scores, rows * length, length); /* two threads when large */
+        blas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, dim, length, 1.0f, scores, length, v, dim,
+                   0.0f, gathered, dim);
+        for (count_t r = 0; r < rows; r++)
+            memcpy(out + r * width + h * dim, gathered + r * dim, dim * sizeof(float));
+    }
+}
+
+/* x (rows * width floats) through the block at positions start.., in place;
+ * cos and sin: rows * dim floats (NULL: no rotation). work: rows * (6 * width
+ * + 2 * inner + 2 * dim + start + rows) floats. */
+void block_prompt(const struct block *b, count_t rows, float *x, float *keys, float *values,
+                  count_t capacity, count_t start, const float *cos, const float *sin,
+                  float *work) {
+    count_t width = b->width, dim = width / b->heads, inner_width = b->inner;
+    float *normed = work, *qkv = normed + rows * width, *attended = qkv + 3 * rows * width;
+    float *inner = attended + rows * width, *activated = inner + rows * inner_width;
+    float *scaled = activated + rows * inner_width, *gathered = scaled + rows * dim;
+    float *scores = gathered + rows * dim, *projected = scores + rows * (start + rows);
+    layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
+    rows_product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
+    for (count_t r = 0; r < rows; r++) {
+        float *q = qkv + r * 3 * width, *k = q + width, *v = q + 2 * width;
+        if (cos) {
+            rotate(q, cos + r * dim, sin + r * dim, b->heads, dim);
+            rotate(k, cos + r * dim, sin + r * dim, b->heads, dim);
+        }
+        for (count_t h = 0; h < b->heads; h++) {
+            count_t at = (h * capacity + start + r) * dim;
+            memcpy(keys + at, k + h * dim, dim * sizeof(float));
+            memcpy(values + at, v + h * dim, dim * sizeof(float));
+        }
+        memcpy(normed + r * width, q, width * sizeof(float)); /* the queries, packed */
+    }
+    attend_rows(normed, rows, keys, values, b->heads, capacity, start, dim, b->scale, scaled,
+                scores, attended, gathered);
+    rows_product(attended, rows, b->proj_w, b->proj_b, projected, width, width);
+    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
+    rows_product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
+    gelu_tanh(inner, activated, rows * inner_width); /* on two threads when large */
+    rows_product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
+    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }

@@ -108,7 +108,20 @@ class _Kernels:
             ctypes.c_int,
             _POINTER,
         ]
-        for entry in (self.row_product, self.layer_norm, self.block_row):
+        self.block_prompt = library.block_prompt
+        self.block_prompt.argtypes = [
+            ctypes.POINTER(_Block),
+            _COUNT,
+            _POINTER,
+            _POINTER,
+            _POINTER,
+            _COUNT,
+            _COUNT,
+            _POINTER,
+            _POINTER,
+            _POINTER,
+        ]
+        for entry in (self.row_product, self.layer_norm, self.block_row, self.block_prompt):
             entry.restype = None
         self.filtered_draw = library.filtered_draw
         number = ctypes.c_float
@@ -206,19 +219,25 @@ class _Transformer:
         self._rotary = first.rotary_emb
         self._cos = self._sin = np.empty((0, self.dim), dtype=np.float32)
 
-    def rotation(self, position: int) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    def rotation(self, start: int, count: int = 1):
+        """RoPE cos and sin of positions ``start..start + count``, each
+        ``[count, dim]`` (``None`` without RoPE)."""
         if self._rotary is None:
             return None, None
-        if position >= len(self._cos):
-            count = -(-(position + 1) // 1024) * 1024
-            cos, sin = rotation_at(self._rotary, mx.arange(count, dtype=mx.float32))
+        if start + count > len(self._cos):
+            size = -(-(start + count) // 1024) * 1024
+            cos, sin = rotation_at(self._rotary, mx.arange(size, dtype=mx.float32))
             self._cos, self._sin = (
-                np.array(table).reshape(count, -1) for table in (cos, sin)
+                np.array(table).reshape(size, -1) for table in (cos, sin)
             )
-        return self._cos[position], self._sin[position]
+        return self._cos[start : start + count], self._sin[start : start + count]
 
-    def with_position(self, row: np.ndarray, position: int) -> np.ndarray:
-        return row if self._positions is None else row + self._positions[position]
+    def with_positions(self, rows: np.ndarray, start: int) -> np.ndarray:
+        """A copy of ``rows`` (``[count, width]``) with their position
+        embeddings added, if the transformer has them."""
+        if self._positions is None:
+            return rows.copy()
+        return rows + self._positions[start : start + len(rows)]
 
 
 def _block_struct(block) -> tuple[_Block, list[np.ndarray]]:
@@ -250,40 +269,42 @@ def _block_struct(block) -> tuple[_Block, list[np.ndarray]]:
 
 class HostRow:
     """A lone job's state while it is stepped here: its keys and values per
-    layer (``[heads, capacity, dim]``), its next input row and its history."""
+    layer (``[heads, capacity, dim]``), its next input rows (``[count,
+    width]``: its prompt, then one row a frame) and its history."""
 
-    def __init__(self, caches, length: int, row: np.ndarray, seen: np.ndarray):
+    def __init__(self, caches, length: int, rows: np.ndarray, seen: np.ndarray):
         self.caches = caches
         self.length = length
-        self.row = row
+        self.rows = rows
         self.seen = seen
 
     def room(self) -> None:
-        """Grow the caches by a block when full."""
+        """Grow the caches by blocks until the next rows fit."""
         capacity = self.caches[0][0].shape[1]
-        if self.length < capacity:
+        needed = -(-(self.length + len(self.rows)) // BLOCK) * BLOCK
+        if needed <= capacity:
             return
         grown = []
         for keys, values in self.caches:
-            more = [np.zeros((keys.shape[0], capacity + BLOCK, keys.shape[2]), np.float32)]
+            more = [np.zeros((keys.shape[0], needed, keys.shape[2]), np.float32)]
             more.append(np.zeros_like(more[0]))
             more[0][:, :capacity], more[1][:, :capacity] = keys, values
             grown.append(tuple(more))
         self.caches = grown
 
 
-def enter_host(job) -> HostRow:
-    """The job's MLX state as host buffers (its rows beyond the prompt)."""
+def enter_host(job, heads: int, dim: int) -> HostRow:
+    """The job's MLX state (its caches: ``heads`` of ``dim``) as host buffers."""
     if job.host is None:
         mx.eval(job.inputs, job.history.seen)
-        length = job.cache[0].offset
-        row = np.array(job.inputs.reshape(-1))
-        job.host = HostRow(_host_caches(job.cache), length, row, np.array(job.history.seen))
+        rows = np.array(job.inputs[0])
+        caches = _host_caches(job.cache, heads, dim)
+        job.host = HostRow(caches, job.cache[0].offset, rows, np.array(job.history.seen))
         job.inputs = job.cache = None
     return job.host
 
 
-def _host_caches(caches: list[BlockKVCache]) -> list[tuple[np.ndarray, np.ndarray]]:
+def _host_caches(caches: list[BlockKVCache], heads: int, dim: int):
     mx.eval([(cache.keys, cache.values) for cache in caches])
     length = caches[0].offset
     capacity = -(-(length + 1) // BLOCK) * BLOCK
@@ -291,8 +312,9 @@ def _host_caches(caches: list[BlockKVCache]) -> list[tuple[np.ndarray, np.ndarra
     for cache in caches:
         pair = []
         for array in (cache.keys, cache.values):
-            host = np.zeros((array.shape[1], capacity, array.shape[3]), np.float32)
-            host[:, :length] = np.asarray(array[0, :, :length])
+            host = np.zeros((heads, capacity, dim), np.float32)
+            if length:
+                host[:, :length] = np.asarray(array[0, :, :length])
             pair.append(host)
         pairs.append(tuple(pair))
     return pairs
@@ -309,7 +331,7 @@ def leave_host(job) -> None:
         cache.keys, cache.values = mx.array(keys[None]), mx.array(values[None])
         cache.offset = host.length
         job.cache.append(cache)
-    job.inputs = mx.array(host.row)[None, None]
+    job.inputs = mx.array(host.rows)[None]
     job.history.seen = mx.array(host.seen)
 
 
@@ -332,13 +354,12 @@ class LoneRowModel:
         self._audio = [_host(embedding.weight) for embedding in model.audio_embeddings]
         self._work = np.empty(0, dtype=np.float32)
 
-    def step(self, job, hidden: np.ndarray | None = None) -> None:
-        """One frame for ``job`` (on the host, see ``enter_host``); ``hidden``:
-        its global last hidden state when its prompt was run by MLX."""
-        host = enter_host(job)
+    def step(self, job) -> None:
+        """One frame for ``job`` (its prompt first, if it is on it), here
+        (see ``enter_host``)."""
+        host = enter_host(job, self._global.heads, self._global.dim)
         gemv = self.fast and not job.sampling.greedy
-        if hidden is None:
-            hidden = self._global_step(host, gemv)
+        hidden = self._global_step(host, gemv)
         local = self._local_caches()
         uniforms = self._uniforms(job)
         going = self._text_choice(
@@ -361,20 +382,26 @@ class LoneRowModel:
         row = self._slot
         for table, code in zip(self._audio, codes, strict=True):
             row = row + table[code]
-        host.row = row
+        host.rows = row[None]
         job.frame = mx.array(codes, dtype=mx.int32)
         job.frames_done += 1
 
     def _global_step(self, host: HostRow, gemv: bool) -> np.ndarray:
+        """The global transformer over the job's next rows (a prompt's rows
+        take MLX's products, as MLX would run them) → the last one's hidden
+        state."""
         host.room()
-        transformer = self._global
-        x = transformer.with_position(host.row, host.length).copy()
-        cos, sin = transformer.rotation(host.length)
+        transformer, count = self._global, len(host.rows)
+        x = transformer.with_positions(host.rows, host.length)
+        cos, sin = transformer.rotation(host.length, count)
         for (block, _), (keys, values) in zip(transformer.blocks, host.caches, strict=True):
-            self._block(block, x, keys, values, host.length, cos, sin, gemv)
-        host.length += 1
+            if count == 1:
+                self._block(block, x, keys, values, host.length, cos, sin, gemv)
+            else:
+                self._prompt_block(block, x, keys, values, host.length, cos, sin)
+        host.length += count
         final = transformer.final
-        return self._kernels.norm(x, final.weight, final.bias, final.eps)
+        return self._kernels.norm(x[-1], final.weight, final.bias, final.eps)
 
     def _local_caches(self) -> list[tuple[np.ndarray, np.ndarray]]:
         local = self._local
@@ -385,12 +412,30 @@ class LoneRowModel:
 
     def _local_position(self, row: np.ndarray, caches, position: int, gemv: bool):
         transformer = self._local
-        x = transformer.with_position(row, position).copy()
+        x = transformer.with_positions(row[None], position)
         cos, sin = transformer.rotation(position)
         for (block, _), (keys, values) in zip(transformer.blocks, caches, strict=True):
             self._block(block, x, keys, values, position, cos, sin, gemv)
         final = transformer.final
-        return self._kernels.norm(x, final.weight, final.bias, final.eps)
+        return self._kernels.norm(x[0], final.weight, final.bias, final.eps)
+
+    def _prompt_block(self, block: _Block, x, keys, values, start: int, cos, sin) -> None:
+        rows, dim = len(x), block.width // block.heads
+        work = np.empty(
+            rows * (6 * block.width + 2 * block.inner + 2 * dim + start + rows), np.float32
+        )
+        self._kernels.block_prompt(
+            ctypes.byref(block),
+            rows,
+            x.ctypes.data,
+            keys.ctypes.data,
+            values.ctypes.data,
+            keys.shape[1],
+            start,
+            None if cos is None else np.ascontiguousarray(cos).ctypes.data,
+            None if sin is None else np.ascontiguousarray(sin).ctypes.data,
+            work.ctypes.data,
+        )
 
     def _block(self, block: _Block, x, keys, values, position: int, cos, sin, gemv) -> None:
         needed = (
@@ -491,8 +536,8 @@ def lone_row_model(model: Model, blas: str | None = None) -> LoneRowModel | None
 
 def _matches_mlx(lone: LoneRowModel, model: Model) -> bool:
     """The host step with sgemm against MLX's frame step on random rows: a
-    global row after a five-row prompt, three local positions, and both
-    kinds of head."""
+    two-row prompt after a three-row prefix and a row after them, three
+    local positions, both kinds of head, and the draws."""
     generator = np.random.default_rng(4)
 
     def rows(count: int) -> mx.array:
@@ -500,14 +545,14 @@ def _matches_mlx(lone: LoneRowModel, model: Model) -> bool:
         return mx.array(generator.standard_normal((1, count, width)).astype(np.float32))
 
     prompt, caches = rows(6), block_caches(len(model.transformer.h))
-    forward_rows(model.transformer, [prompt[:, :5]], [caches])
-    host = HostRow(_host_caches(caches), 5, np.array(prompt[0, 5]), seen=None)
-    pairs = [
-        (
-            lone._global_step(host, gemv=False),
-            forward_rows(model.transformer, [prompt[:, 5:]], [caches])[0],
-        )
-    ]
+    forward_rows(model.transformer, [prompt[:, :3]], [caches])
+    heads, dim = lone._global.heads, lone._global.dim
+    host = HostRow(_host_caches(caches, heads, dim), 3, np.array(prompt[0, 3:5]), seen=None)
+    pairs = []
+    for part in (prompt[:, 3:5], prompt[:, 5:]):
+        ours = lone._global_step(host, gemv=False)
+        pairs.append((ours, forward_rows(model.transformer, [part], [caches])[0]))
+        host.rows = np.array(prompt[0, 5:])
     local_rows, local = rows(3), LocalPass(model.local_transformer, positions=3)
     host_caches = lone._local_caches()
     for position in range(3):

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import mlx.core as mx
-import numpy as np
 from mlx_audio.tts.models.moss_tts_nano import Model
 
 from .blocks import linear
@@ -114,11 +113,9 @@ class FrameJob:
 
 def step(model: Model, jobs: list[FrameJob], lone: LoneRowModel | None = None) -> None:
     """One frame for each job (none of them done). A job stepped alone runs
-    on the host through ``lone`` when given (after its prompt, which MLX runs)."""
+    on the host through ``lone`` when given, its prompt included."""
     if lone is not None and len(jobs) == 1:
-        job = jobs[0]
-        prompt = job.host is None and job.inputs.shape[1] > 1
-        lone.step(job, np.array(_global_hidden(model, jobs)[0]) if prompt else None)
+        lone.step(jobs[0])
         return
     for job in jobs:
         leave_host(job)
