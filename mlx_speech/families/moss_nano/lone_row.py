@@ -86,48 +86,23 @@ class _Kernels:
         library.use_blas(
             ctypes.cast(blas.cblas_sgemv, _POINTER), ctypes.cast(blas.cblas_sgemm, _POINTER)
         )
-        self.row_product = library.row_product
-        self.row_product.argtypes = [_POINTER] * 4 + [_COUNT, _COUNT, ctypes.c_int]
-        self.layer_norm = library.layer_norm
-        self.layer_norm.argtypes = [_POINTER] * 3 + [
-            ctypes.c_float,
-            _POINTER,
-            _COUNT,
-            _COUNT,
-        ]
-        self.block_row = library.block_row
-        self.block_row.argtypes = [
-            ctypes.POINTER(_Block),
-            _POINTER,
-            _POINTER,
-            _POINTER,
-            _COUNT,
-            _COUNT,
-            _POINTER,
-            _POINTER,
-            ctypes.c_int,
-            _POINTER,
-        ]
-        self.block_prompt = library.block_prompt
-        self.block_prompt.argtypes = [
-            ctypes.POINTER(_Block),
-            _COUNT,
-            _POINTER,
-            _POINTER,
-            _POINTER,
-            _COUNT,
-            _COUNT,
-            _POINTER,
-            _POINTER,
-            _POINTER,
-        ]
-        for entry in (self.row_product, self.layer_norm, self.block_row, self.block_prompt):
-            entry.restype = None
-        self.filtered_draw = library.filtered_draw
-        number = ctypes.c_float
-        self.filtered_draw.argtypes = [_POINTER, _COUNT, number, _COUNT, ctypes.c_int]
-        self.filtered_draw.argtypes += [number, number, _POINTER, _POINTER]
-        self.filtered_draw.restype = ctypes.c_long
+        # each entry's C signature, as letters: p pointer, n count, f float,
+        # i int, b the block struct; the result: v none, n a count
+        signatures = {
+            "row_product": "ppppnni:v",
+            "layer_norm": "pppfpnn:v",
+            "block_row": "bpppnnppip:v",
+            "block_prompt": "bnpppnnppp:v",
+            "filtered_draw": "pnfniffpp:n",
+        }
+        types = {"p": _POINTER, "n": _COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
+        types["b"], types["v"] = ctypes.POINTER(_Block), None
+        for name, signature in signatures.items():
+            arguments, result = signature.split(":")
+            entry = getattr(library, name)
+            entry.argtypes = [types[letter] for letter in arguments]
+            entry.restype = types[result]
+            setattr(self, name, entry)
         self._draw_work = np.empty(0, dtype=np.float32)
         # struct ranked: a float and a long, aligned as C lays them out
         ranked = np.dtype([("value", np.float32), ("index", np.int64)], align=True)
