@@ -407,8 +407,8 @@ class LoneRowModel:
             values.ctypes.data,
             keys.shape[1],
             start,
-            None if cos is None else np.ascontiguousarray(cos).ctypes.data,
-            None if sin is None else np.ascontiguousarray(sin).ctypes.data,
+            None if cos is None else cos.ctypes.data,  # rows of the tables
+            None if sin is None else sin.ctypes.data,
             work.ctypes.data,
         )
 
