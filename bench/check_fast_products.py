@@ -37,20 +37,15 @@ def _arguments() -> argparse.Namespace:
 
 
 def _codes(model, request, lone) -> list[list[int]]:
-    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.loop import frames
     from mlx_speech.families.moss_nano.sampling import KeySequence
 
     text, sampling, seed = request
     prompt, _ = model.build_inference_input_ids(
         text=text, tokenizer=model.tokenizer, mode="continuation"
     )
-    job = FrameJob(model, prompt, sampling, KeySequence(seed))
-    codes = []
-    while not job.done:
-        step(model, [job], lone)
-        if not job.stopped:
-            codes.append(job.frame.tolist())
-    return codes
+    found = frames(model, prompt, sampling, KeySequence(seed), lone=lone)
+    return [frame.tolist() for frame in found]
 
 
 def _first_difference(a: list, b: list) -> int | None:

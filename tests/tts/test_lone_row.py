@@ -15,6 +15,7 @@ from mlx_audio.tts.utils import load_model
 
 from mlx_speech.families.moss_nano.lone_row import LoneRowModel, lone_row_model
 from mlx_speech.families.moss_nano.loop import FrameJob, FrameSampling, step
+from mlx_speech.families.moss_nano.loop import frames as loop_frames
 from mlx_speech.families.moss_nano.sampling import (
     GREEDY_HEAD,
     HeadSampler,
@@ -49,20 +50,20 @@ def _prompt(model, text: str = "Hello there, how are you?"):
     )[0]
 
 
+def _sampling(text: HeadSampler, audio: HeadSampler, frames: int) -> FrameSampling:
+    return FrameSampling(text=text, audio=audio, repetition_penalty=1.2, max_frames=frames)
+
+
 def _job(model, text: HeadSampler, audio: HeadSampler, frames: int, seed: int = 5):
-    sampling = FrameSampling(
-        text=text, audio=audio, repetition_penalty=1.2, max_frames=frames
+    return FrameJob(
+        model, _prompt(model), _sampling(text, audio, frames), KeySequence(seed)
     )
-    return FrameJob(model, _prompt(model), sampling, KeySequence(seed))
 
 
-def _codes(model, job, lone) -> list[list[int]]:
-    codes = []
-    while not job.done:
-        step(model, [job], lone)
-        if not job.stopped:
-            codes.append(job.frame.tolist())
-    return codes
+def _codes(model, lone, text, audio, frames: int, seed: int = 5) -> list[list[int]]:
+    sampling = _sampling(text, audio, frames)
+    found = loop_frames(model, _prompt(model), sampling, KeySequence(seed), lone=lone)
+    return [frame.tolist() for frame in found]
 
 
 @pytest.mark.parametrize(
@@ -71,25 +72,25 @@ def _codes(model, job, lone) -> list[list[int]]:
     ids=["greedy", "sampled-stop-head", "sampled"],
 )
 def test_lone_codes_equal_mlxs(model, lone, text, audio):
-    theirs = _codes(model, _job(model, text, audio, 24), None)
+    theirs = _codes(model, None, text, audio, 24)
     assert len(theirs) == 24
-    assert _codes(model, _job(model, text, audio, 24), lone) == theirs
+    assert _codes(model, lone, text, audio, 24) == theirs
 
 
 def test_stop_frame_is_unchanged(stopping_dir):
     stopping = load_model(Path(stopping_dir))
     lone = lone_row_model(stopping)
-    theirs = _codes(stopping, _job(stopping, TEXT_HEAD, SAMPLED, 200, seed=2), None)
+    theirs = _codes(stopping, None, TEXT_HEAD, SAMPLED, 200, seed=2)
     assert 0 < len(theirs) < 200
-    ours = _codes(stopping, _job(stopping, TEXT_HEAD, SAMPLED, 200, seed=2), lone)
+    ours = _codes(stopping, lone, TEXT_HEAD, SAMPLED, 200, seed=2)
     assert ours == theirs
 
 
 def test_a_job_joins_a_batch_and_leaves_it_unchanged(model, lone):
     """Alone (host), then beside another job (MLX, caches handed back), then
     alone again (host, caches taken over): both jobs' codes are their own."""
-    alone = _codes(model, _job(model, GREEDY_HEAD, GREEDY_HEAD, 20), lone)
-    other_alone = _codes(model, _job(model, TEXT_HEAD, SAMPLED, 8, seed=9), lone)
+    alone = _codes(model, lone, GREEDY_HEAD, GREEDY_HEAD, 20)
+    other_alone = _codes(model, lone, TEXT_HEAD, SAMPLED, 8, seed=9)
     job, other = (
         _job(model, GREEDY_HEAD, GREEDY_HEAD, 20),
         _job(model, TEXT_HEAD, SAMPLED, 8, seed=9),
@@ -110,8 +111,8 @@ def test_reference_mode_takes_mlxs_products(model, monkeypatch):
     monkeypatch.setenv("MLX_SPEECH_EXACT", "1")
     exact = lone_row_model(model)
     assert exact is not None and not exact.fast
-    theirs = _codes(model, _job(model, TEXT_HEAD, SAMPLED, 12), None)
-    assert _codes(model, _job(model, TEXT_HEAD, SAMPLED, 12), exact) == theirs
+    theirs = _codes(model, None, TEXT_HEAD, SAMPLED, 12)
+    assert _codes(model, exact, TEXT_HEAD, SAMPLED, 12) == theirs
 
 
 @pytest.mark.parametrize(
@@ -127,3 +128,20 @@ def test_host_draws_equal_mlxs_even_with_a_tie_at_the_top_k_boundary(lone, sampl
         uniform = float(np.float32(generator.random()))
         theirs = _filtered_draw(mx.array(logits[None]), mx.array([[uniform]]), sampler)
         assert lone._kernels.draw(logits, sampler, uniform) == theirs.item()
+
+
+@pytest.mark.parametrize("broken", ["product", "draw"])
+def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypatch, broken):
+    """One product a ulp off, or one draw a token off: frames stay in MLX."""
+    from mlx_speech.families.moss_nano import lone_row
+
+    honest = getattr(lone_row._Kernels, broken)
+
+    def off(self, *arguments, **keywords):
+        result = honest(self, *arguments, **keywords)
+        if broken == "draw":
+            return result + 1
+        return np.nextafter(result, np.float32(np.inf))
+
+    monkeypatch.setattr(lone_row._Kernels, broken, off)
+    assert lone_row_model(model) is None

@@ -27,6 +27,7 @@ requests stepped together keep MLX's batched products.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import sys
 from collections.abc import Iterator
@@ -49,26 +50,19 @@ _POINTER = ctypes.c_void_p
 _COUNT = ctypes.c_long
 
 
+# A block's layers in the order of ``struct block``'s pointers: each its
+# weight, then its bias.
+_BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.fc_out")
+
+
 class _Block(ctypes.Structure):
     """``struct block`` of the C library."""
 
     _fields_ = [
         *[
-            (name, _POINTER)
-            for name in (
-                "ln_1_w",
-                "ln_1_b",
-                "attn_w",
-                "attn_b",
-                "proj_w",
-                "proj_b",
-                "ln_2_w",
-                "ln_2_b",
-                "fc_in_w",
-                "fc_in_b",
-                "fc_out_w",
-                "fc_out_b",
-            )
+            (f"{layer.replace('.', '_')}_{part}", _POINTER)
+            for layer in _BLOCK_LAYERS
+            for part in ("weight", "bias")
         ],
         ("width", _COUNT),
         ("heads", _COUNT),
@@ -216,26 +210,13 @@ class _Transformer:
 
 
 def _block_struct(block) -> tuple[_Block, list[np.ndarray]]:
-    parts = [
-        block.ln_1.weight,
-        block.ln_1.bias,
-        block.attn.c_attn.weight,
-        block.attn.c_attn.bias,
-        block.attn.c_proj.weight,
-        block.attn.c_proj.bias,
-        block.ln_2.weight,
-        block.ln_2.bias,
-        block.mlp.fc_in.weight,
-        block.mlp.fc_in.bias,
-        block.mlp.fc_out.weight,
-        block.mlp.fc_out.bias,
-    ]
-    views = [_host(part) for part in parts]
+    layers = [functools.reduce(getattr, name.split("."), block) for name in _BLOCK_LAYERS]
+    views = [_host(array) for layer in layers for array in (layer.weight, layer.bias)]
     struct = _Block(
         *[view.ctypes.data for view in views],
-        width=views[0].shape[0],
+        width=block.ln_1.weight.shape[0],
         heads=block.attn.num_heads,
-        inner=views[8].shape[0],
+        inner=block.mlp.fc_in.weight.shape[0],
         eps=block.ln_1.eps,
         scale=block.attn.scale,
     )

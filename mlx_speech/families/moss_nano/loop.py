@@ -195,12 +195,13 @@ def frames(
     sampling: FrameSampling,
     keys: KeySequence,
     cache: list[BlockKVCache] | None = None,
+    lone: LoneRowModel | None = None,
 ) -> Iterator[mx.array]:
     """One request alone: yield one frame of codes, ``[n_vq]``, per step until
-    the model stops."""
+    the model stops (on the host through ``lone`` when given)."""
     job = FrameJob(model, prompt, sampling, keys, cache)
     while not job.done:
-        step(model, [job])
+        step(model, [job], lone)
         if job.stopped:
             return
         yield job.frame
