@@ -13,8 +13,8 @@ Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
 pass --reference-blas to measure the bundled reference BLAS instead, and set
-MLX_SPEECH_EXACT=1 to measure our reference mode (no sgemv products for a
-lone sampled request; greedy ones, as here, never take them).
+MLX_SPEECH_EXACT=1 to measure our reference mode (no products of our own for
+sampled requests; greedy ones, as here, never take them).
 With --with-chat-model it measures our streams alone and beside a chat model
 of Llama-3.2-1B's size in the same process instead (``beside_chat``).
 """
@@ -149,7 +149,7 @@ def main() -> None:
     import mlx_speech
     from mlx_speech.blas import active_blas
     from mlx_speech.engine import shared_engine
-    from mlx_speech.families.moss_nano.lone_row import lone_row_model
+    from mlx_speech.families.moss_nano.host_step import host_step
 
     blas = active_blas()
     if args.with_chat_model:
@@ -159,7 +159,7 @@ def main() -> None:
     tts = mlx_speech.load(args.checkpoint)
     ours_loaded = _active_mib()
     theirs = load_model(Path(args.checkpoint))
-    lone = shared_engine().call(lambda: lone_row_model(theirs))
+    host = shared_engine().call(lambda: host_step(theirs))
     clip = _reference_clip(args.reference_seconds)
     frames, rate = args.frames, tts.sample_rate
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
@@ -195,11 +195,11 @@ def main() -> None:
     results = {
         "checkpoint": args.checkpoint,
         "blas": blas,
-        "lone_request": (
+        "frame_step": (
             "MLX"
-            if lone is None
-            else "host, sgemv when sampling"
-            if lone.fast
+            if host is None
+            else "host, own products when sampling"
+            if host.fast
             else "host, sgemm"
         ),
         "frames": frames,
@@ -261,8 +261,8 @@ def _beside_chat(args, tts, blas: str) -> None:
 def _print_table(r: dict) -> None:
     theirs, stream, buffered = r["mlx_audio"], r["ours_stream"], r["ours_buffered"]
     print(
-        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; our lone request: "
-        f"{r['lone_request']}; {r['frames']} frames = {r['audio_seconds']} s "
+        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; frame step: "
+        f"{r['frame_step']}; {r['frames']} frames = {r['audio_seconds']} s "
         "of audio; greedy; cloning a new reference"
     )
     rows = [

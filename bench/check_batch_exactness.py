@@ -3,9 +3,11 @@
     python bench/check_batch_exactness.py CHECKPOINT [--batch 8 16] [--frames 40]
 
 For each batch size, that many requests (English and Chinese sentences, half
-greedy, half sampled with a seed) start together (their prompts computed in
-one forward) and are stepped together on the worker, then each again alone;
-it counts the requests whose codes differ and the frames compared. On Linux
+greedy, half sampled with a seed) start together and are stepped together on
+the worker as the server steps them (on the host where ``host_step``
+applies, each prompt on its own; else through MLX, the prompts in one
+forward), then each again alone; it counts the requests whose codes differ
+and the frames compared. On Linux
 it re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
 """
@@ -34,7 +36,7 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _codes(model, requests, together: bool):
+def _codes(model, host, requests, together: bool):
     from mlx_speech.families.moss_nano.loop import FrameJob, step
     from mlx_speech.families.moss_nano.sampling import KeySequence
 
@@ -48,7 +50,7 @@ def _codes(model, requests, together: bool):
     def run(jobs):
         codes = [[] for _ in jobs]
         while live := [j for j in jobs if not j.done]:
-            step(model, live)
+            step(model, live, host)
             for j in live:
                 if not j.stopped:
                     codes[jobs.index(j)].append(j.frame.tolist())
@@ -71,7 +73,7 @@ def main() -> None:
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
     tts = mlx_speech.load(args.checkpoint)
-    model = tts._service._model
+    model, host = tts._service._model, tts._service._batch._host
     results = []
     for size in args.batch:
         requests = []
@@ -82,8 +84,8 @@ def main() -> None:
             requests.append(
                 (SENTENCES[index % len(SENTENCES)], _frame_sampling(options), 1000 + index)
             )
-        together = shared_engine().call(lambda r=requests: _codes(model, r, True))
-        alone = shared_engine().call(lambda r=requests: _codes(model, r, False))
+        together = shared_engine().call(lambda r=requests: _codes(model, host, r, True))
+        alone = shared_engine().call(lambda r=requests: _codes(model, host, r, False))
         differing = [i for i in range(size) if together[i] != alone[i]]
         results.append(
             {
@@ -93,7 +95,12 @@ def main() -> None:
                 "frames_compared": sum(len(codes) for codes in alone),
             }
         )
-    print(json.dumps({"blas": active_blas(), "results": results}, indent=2))
+    stepped = "through MLX" if host is None else "on the host"
+    print(
+        json.dumps(
+            {"blas": active_blas(), "stepped": stepped, "results": results}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

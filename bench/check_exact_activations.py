@@ -7,7 +7,7 @@ without it (MLX's own operations, as where it cannot be built), taking turns
 in one process, ``--repeats`` times: encoding a 3 s reference clip, a new
 voice's prompt prefix (that clip's rows and the template around them), one
 38-row prompt and eight at once, and decoding 16 frames in the exact mode.
-(A lone request's frame step runs on the host only with the library:
+(The frame step runs on the host only with the library:
 ``bench/profile_frame.py`` measures it.)
 Prints the best of each, and whether the reference codes, the prefix's KV
 state and the decoded audio are bit for bit the same both ways. On Linux it

@@ -4,11 +4,11 @@
 
 Each request (English and Chinese sentences, half greedy, half sampled with a
 seed) runs alone twice on the worker: through MLX (every product as mlx-audio
-computes it) and on the host (``lone_row``: a greedy request's products
+computes it) and on the host (``host_step``: a greedy request's products
 through sgemm as MLX calls it, so its codes must not change; a sampled one's
-through sgemv). It counts the requests whose codes differ, the frame where
-each first differs, and the frames compared. It re-runs itself with the
-system OpenBLAS when one is installed.
+through the library's own product). It counts the requests whose codes differ,
+the frame where each first differs, and the frames compared. It re-runs itself
+with the system OpenBLAS when one is installed.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _codes(model, request, lone) -> list[list[int]]:
+def _codes(model, request, host) -> list[list[int]]:
     from mlx_speech.families.moss_nano.loop import frames
     from mlx_speech.families.moss_nano.sampling import KeySequence
 
@@ -44,7 +44,7 @@ def _codes(model, request, lone) -> list[list[int]]:
     prompt, _ = model.build_inference_input_ids(
         text=text, tokenizer=model.tokenizer, mode="continuation"
     )
-    found = frames(model, prompt, sampling, KeySequence(seed), lone=lone)
+    found = frames(model, prompt, sampling, KeySequence(seed), host=host)
     return [frame.tolist() for frame in found]
 
 
@@ -63,13 +63,13 @@ def main() -> None:
     import mlx_speech
     from mlx_speech.blas import active_blas
     from mlx_speech.engine import shared_engine
-    from mlx_speech.families.moss_nano.lone_row import lone_row_model
+    from mlx_speech.families.moss_nano.host_step import host_step
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
     tts = mlx_speech.load(args.checkpoint)
     model = tts._service._model
-    lone = shared_engine().call(lambda: lone_row_model(model))
-    if lone is None:
+    host = shared_engine().call(lambda: host_step(model))
+    if host is None:
         raise SystemExit("no host step here: it needs Linux's CPU and the C library")
     differing = []
     frames = 0
@@ -81,7 +81,7 @@ def main() -> None:
         text = SENTENCES[index % len(SENTENCES)]
         request = (text, _frame_sampling(options), 2000 + index)
         exact = shared_engine().call(lambda r=request: _codes(model, r, None))
-        fast = shared_engine().call(lambda r=request: _codes(model, r, lone))
+        fast = shared_engine().call(lambda r=request: _codes(model, r, host))
         frames += len(exact)
         first = _first_difference(exact, fast)
         if first is not None:

@@ -4,17 +4,17 @@
 
 Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
 ``generate()`` of 60 frames minus 20, over 40); our frame step (one request
-after 24 frames) greedy and sampled (the default), each through MLX (as a
-request in a batch steps) and on the host (``lone_row``: as a request alone
-steps; a sampled one's products through sgemv unless ``MLX_SPEECH_EXACT=1``);
-MLX's matrix products alone, in the step's order
-and shapes (12 global layers, 17 local positions, 16 codebook heads and the
-text head: the floor the step cannot go under while MLX computes them with
-``sgemm``), alone and for ``--batch`` requests stepped together; and our
-codec decode per frame in 16-frame chunks. Prints the best of each and what
-share of mlx-audio's frame it is. On Linux it re-runs itself
-with the system OpenBLAS when one is installed (pass --reference-blas to keep
-the bundled reference BLAS).
+after 24 frames) greedy and sampled (the default), each through MLX (as
+without the host step) and on the host (``host_step``; a sampled one's
+products the library's own unless ``MLX_SPEECH_EXACT=1``); a sampled step of
+``--batch`` requests together, through MLX and on the host; MLX's matrix
+products alone, in the step's order and shapes (12 global layers, 17 local
+positions, 16 codebook heads and the text head: the floor the step cannot go
+under while MLX computes them with ``sgemm``), alone and for ``--batch``
+requests stepped together; and our codec decode per frame in 16-frame chunks.
+Prints the best of each and what share of mlx-audio's frame it is. On Linux it
+re-runs itself with the system OpenBLAS when one is installed (pass
+--reference-blas to keep the bundled reference BLAS).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ def _their_steady_ms(theirs) -> float:
     return (seconds(60) - short) / 40 * 1000
 
 
-def _our_step_ms(model, lone=None, frames: int = 16, greedy: bool = True):
-    """→ ms per frame step (on the host through ``lone`` when given), and the
-    frames it made."""
+def _our_step_ms(model, host=None, frames: int = 16, greedy: bool = True, jobs: int = 1):
+    """→ ms per frame step of ``jobs`` requests stepped together (on the host
+    through ``host`` when given), and the first one's frames."""
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.loop import FrameJob, step
@@ -60,15 +60,15 @@ def _our_step_ms(model, lone=None, frames: int = 16, greedy: bool = True):
     prompt, _ = model.build_inference_input_ids(
         text=TEXT, tokenizer=model.tokenizer, mode="continuation"
     )
-    job = FrameJob(model, prompt, sampling, KeySequence(0))
+    group = [FrameJob(model, prompt, sampling, KeySequence(seed)) for seed in range(jobs)]
     for _ in range(24):
-        step(model, [job], lone)
-    mx.eval(job.frame)
+        step(model, group, host)
+    mx.eval([job.frame for job in group])
     made = []
     started = time.perf_counter()
     for _ in range(frames):
-        step(model, [job], lone)
-        made.append(job.frame)
+        step(model, group, host)
+        made.append(group[0].frame)
     mx.eval(made)
     return (time.perf_counter() - started) / frames * 1000, made
 
@@ -132,7 +132,7 @@ def main() -> None:
 
     service = load(Path(args.checkpoint))
     model, codec = service._model, service._codec
-    lone = service._batch._lone
+    host = service._batch._host
     theirs = load_model(Path(args.checkpoint))
     _their_steady_ms(theirs)  # warm-up
     runs: dict[str, list[float]] = {}
@@ -140,8 +140,8 @@ def main() -> None:
         runs.setdefault("mlx-audio steady frame", []).append(_their_steady_ms(theirs))
         step_ms, made = _our_step_ms(model)
         runs.setdefault("our greedy step, through MLX", []).append(step_ms)
-        if lone is not None:
-            host_ms = _our_step_ms(model, lone)[0]
+        if host is not None:
+            host_ms = _our_step_ms(model, host)[0]
             runs.setdefault("our greedy step, alone on the host", []).append(host_ms)
         products_ms = _products_alone_ms(model)
         runs.setdefault("  MLX's matrix products alone", []).append(products_ms)
@@ -149,9 +149,17 @@ def main() -> None:
         runs.setdefault(f"  the same for {args.batch} rows", []).append(batch_ms)
         sampled_ms = _our_step_ms(model, greedy=False)[0]
         runs.setdefault("our sampled step, through MLX", []).append(sampled_ms)
-        if lone is not None:
+        if host is not None:
             runs.setdefault("our sampled step, alone on the host", []).append(
-                _our_step_ms(model, lone, greedy=False)[0]
+                _our_step_ms(model, host, greedy=False)[0]
+            )
+        together = f"our sampled step, {args.batch} together"
+        runs.setdefault(f"{together}, through MLX", []).append(
+            _our_step_ms(model, greedy=False, jobs=args.batch)[0]
+        )
+        if host is not None:
+            runs.setdefault(f"{together}, on the host", []).append(
+                _our_step_ms(model, host, greedy=False, jobs=args.batch)[0]
             )
         decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
         runs.setdefault("our codec decode per frame", []).append(decode_ms)

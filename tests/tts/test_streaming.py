@@ -49,24 +49,26 @@ def test_output_is_48k_mono_float32(speaking_tts):
 
 
 class _SlowGlobalStep:
-    """Makes every global step (a prompt's or a frame's, through MLX or, for a
-    lone request, on the host) take at least 50 ms more, and records when
-    each finished. Through MLX it wraps the global transformer's final norm,
-    which every step ends with; on the host, the host's global step."""
+    """Makes every global step (a prompt's or a frame's, through MLX or on
+    the host) take at least 50 ms more, and records when each finished.
+    Through MLX it wraps the global transformer's final norm, which every
+    step ends with; on the host, the host's global steps."""
 
     def __init__(self, service):
         self.finished: list[float] = []
         transformer = service._model.transformer
         self.inner = transformer.ln_f
         transformer.ln_f = self
-        lone = service._batch._lone
-        if lone is not None:
-            host_step = lone._global_step
+        host = service._batch._host
+        if host is not None:
+            for name in ("_global_prompt", "_global_rows"):
+                setattr(host, name, self._slowing(getattr(host, name)))
 
-            def slowed(*arguments):
-                return self._slowed(host_step(*arguments))
+    def _slowing(self, global_step):
+        def slowed(*arguments):
+            return self._slowed(global_step(*arguments))
 
-            lone._global_step = slowed
+        return slowed
 
     def __call__(self, x):
         out = self.inner(x)

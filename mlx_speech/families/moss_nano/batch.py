@@ -25,7 +25,7 @@ from ...engine.batching import DeferredOutput
 from ..chunks import finite_audio
 from .codec import DecoderState, decode_together, with_channels
 from .codec_math import CodecMath
-from .lone_row import LoneRowModel
+from .host_step import HostStep
 from .loop import FrameJob, step
 
 # Measured on the full-size codec (OpenBLAS, 2 cores), 8 requests: 1 frame each
@@ -35,9 +35,9 @@ FRAMES_PER_ROUND = FRAMES_PER_DECODE  # one full chunk, so a lone stream never w
 
 
 class FrameBatch:
-    def __init__(self, model: Model, lone: LoneRowModel | None = None):
+    def __init__(self, model: Model, host: HostStep | None = None):
         self._model = model
-        self._lone = lone
+        self._host = host
         self._waiting: list[FrameJob] = []
 
     def submit(self, job: FrameJob) -> None:
@@ -48,7 +48,7 @@ class FrameBatch:
         sizes = []
         for group in _groups(waiting, max_batch):
             try:
-                step(self._model, group, self._lone)
+                step(self._model, group, self._host)
             except Exception as error:  # noqa: BLE001 - each job's reader gets it
                 for job in group:
                     job.failure = error

@@ -13,8 +13,8 @@ compiler is found, MLX runs the same operations unfused.
 A block is passed as its module: MLX hands the compiled function its
 parameters as nested dicts.
 
-A quantized layer (``--quantize``) takes MLX's quantized product. (A lone
-request's frame runs outside MLX: ``lone_row``.)
+A quantized layer (``--quantize``) takes MLX's quantized product. (With
+float weights on Linux, frames run outside MLX: ``host_step``.)
 """
 
 from __future__ import annotations

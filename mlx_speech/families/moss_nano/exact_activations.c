@@ -175,43 +175,20 @@ void softmax(const float *x, float *out, count_t n, count_t width) {
     in_halves(softmax_span, x, out, n, width);
 }
 
-/* ---- One row through a GPT-2 block, outside MLX ----
+/* ---- Rows through a GPT-2 block, outside MLX ----
  *
- * A lone request's frame step pushes one row through each block. Here the
- * whole block runs in C on host buffers: the products through the BLAS MLX
- * itself calls (its address handed over by use_blas), either as MLX calls
- * it (sgemm: the same numbers) or through sgemv (half the memory traffic, the
- * sums in another order); between them MLX's layer norm, rotation,
+ * The frame step on the host runs each block in C on host buffers: the
+ * products through the BLAS MLX itself calls (its sgemm's address handed
+ * over by use_blas), as MLX calls it (the same numbers), or through this
+ * library's own product (below); between them MLX's layer norm, rotation,
  * attention and GELU, number for number. */
 
-typedef void (*sgemv_fn)(int, int, int, int, float, const float *, int, const float *, int,
-                         float, float *, int);
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
-static sgemv_fn blas_sgemv;
 static sgemm_fn blas_sgemm;
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-void use_blas(void *gemv, void *gemm) {
-    blas_sgemv = (sgemv_fn)gemv;
-    blas_sgemm = (sgemm_fn)gemm;
-}
-
-/* out = x @ w.T (+ bias) for one row x of ins floats; w is [outs, ins].
- * With bias, as MLX's addmm: the bias copied to out, then beta = 1. */
-void row_product(const float *x, const float *w, const float *bias, float *out,
-                 count_t outs, count_t ins, int gemv) {
-    float beta = 0.0f;
-    if (bias) {
-        memcpy(out, bias, outs * sizeof(float));
-        beta = 1.0f;
-    }
-    if (gemv)
-        blas_sgemv(ROW_MAJOR, NO_TRANS, outs, ins, 1.0f, w, ins, x, 1, beta, out, 1);
-    else
-        blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, 1, outs, ins, 1.0f, x, ins, w, ins, beta, out,
-                   outs);
-}
+void use_blas(void *gemm) { blas_sgemm = (sgemm_fn)gemm; }
 
 /* MLX's layer norm on the CPU (its fallback: mean as the sum times 1/n,
  * the centred values, their mean square, times 1/sqrt(var + eps), then the
@@ -273,38 +250,6 @@ struct block {
     count_t width, heads, inner;
     float eps, scale;
 };
-
-/* x (width floats) through the block (its activation GPT-2's gelu_new) at
- * position, in place: its keys and values written into the cache there. cos
- * and sin: the rotation at the position (NULL: no rotation). work:
- * 5 * width + 2 * inner + dim + position + 1 floats. */
-void block_row(const struct block *b, float *x, float *keys, float *values, count_t capacity,
-               count_t position, const float *cos, const float *sin, int gemv, float *work) {
-    count_t width = b->width, dim = width / b->heads;
-    float *normed = work, *qkv = normed + width, *attended = qkv + 3 * width;
-    float *inner = attended + width, *activated = inner + b->inner;
-    float *scaled = activated + b->inner, *scores = scaled + dim;
-    layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, width, width);
-    row_product(normed, b->attn_w, b->attn_b, qkv, 3 * width, width, gemv);
-    float *q = qkv, *k = qkv + width, *v = qkv + 2 * width;
-    if (cos) {
-        rotate(q, cos, sin, b->heads, dim);
-        rotate(k, cos, sin, b->heads, dim);
-    }
-    for (count_t h = 0; h < b->heads; h++) {
-        memcpy(keys + (h * capacity + position) * dim, k + h * dim, dim * sizeof(float));
-        memcpy(values + (h * capacity + position) * dim, v + h * dim, dim * sizeof(float));
-    }
-    attend_row(q, keys, values, b->heads, capacity, position + 1, dim, b->scale, scaled, scores,
-               attended);
-    row_product(attended, b->proj_w, b->proj_b, qkv, width, width, gemv);
-    for (count_t j = 0; j < width; j++) x[j] = x[j] + qkv[j];
-    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, width, width);
-    row_product(normed, b->fc_in_w, b->fc_in_b, inner, b->inner, width, gemv);
-    gelu_tanh_span(inner, activated, b->inner);
-    row_product(activated, b->fc_out_w, b->fc_out_b, qkv, width, b->inner, gemv);
-    for (count_t j = 0; j < width; j++) x[j] = x[j] + qkv[j];
-}
 
 /* ---- A sampling head's draw, as mlx-speech's compiled draw computes it ----
  *
@@ -408,11 +353,14 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
  * row attending over the cache up to its own position, the others masked
  * with float32's lowest value as mlx-audio's causal mask does. */
 
-static void rows_product(const float *x, count_t rows, const float *w, const float *bias,
-                         float *out, count_t outs, count_t ins) {
-    for (count_t r = 0; r < rows; r++) memcpy(out + r * outs, bias, outs * sizeof(float));
-    blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, outs, ins, 1.0f, x, ins, w, ins, 1.0f, out,
-               outs);
+/* out = x @ w.T (+ bias) for rows rows of x: one sgemm, as MLX computes a
+ * product of stacked rows (NULL bias: beta 0, as MLX's matmul). */
+void rows_product(const float *x, count_t rows, const float *w, const float *bias,
+                  float *out, count_t outs, count_t ins) {
+    if (bias)
+        for (count_t r = 0; r < rows; r++) memcpy(out + r * outs, bias, outs * sizeof(float));
+    blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, outs, ins, 1.0f, x, ins, w, ins,
+               bias ? 1.0f : 0.0f, out, outs);
 }
 
 /* rows queries (heads * dim floats each) over the cache's first start + rows
@@ -472,5 +420,243 @@ void block_prompt(const struct block *b, count_t rows, float *x, float *keys, fl
     rows_product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
     gelu_tanh(inner, activated, rows * inner_width); /* on two threads when large */
     rows_product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
+    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+}
+
+/* ---- Products of our own, for sampling requests ----
+ *
+ * out[r][o] = x[r] . w[o] (+ bias[o]) in an order fixed per row and output:
+ * sixteen running sums, sum l taking the terms k = l, l + 16, ... by fused
+ * multiply-adds, then added pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1), then the
+ * bias. That order does not depend on how many rows share the call, so a
+ * row's numbers are the same alone or beside others; and every weight is
+ * read from memory once for all rows (OpenBLAS's sgemm first copies the
+ * weights, its sgemv reads them once per row). The outputs are split between
+ * this thread and a helper. */
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+typedef float lanes __attribute__((vector_size(64), aligned(64)));
+enum { LANES = 16, OUT_TILE = 4, ROW_TILE = 4 };
+
+/* a * b + c, each lane rounded once. */
+static inline __attribute__((always_inline)) lanes fused(lanes a, lanes b, lanes c) {
+#if defined(__AVX512F__)
+    return (lanes)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    union { lanes whole; __m256 half[2]; } p = {a}, q = {b}, s = {c};
+    s.half[0] = _mm256_fmadd_ps(p.half[0], q.half[0], s.half[0]);
+    s.half[1] = _mm256_fmadd_ps(p.half[1], q.half[1], s.half[1]);
+    return s.whole;
+#else
+    lanes out;
+    for (int l = 0; l < LANES; l++) out[l] = fmaf(a[l], b[l], c[l]);
+    return out;
+#endif
+}
+
+static inline lanes load_lanes(const float *p) {
+    lanes v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float lanes_total(lanes sums) {
+    float v[LANES];
+    memcpy(v, &sums, sizeof v);
+    for (int width = LANES / 2; width >= 1; width /= 2)
+        for (int l = 0; l < width; l++) v[l] = v[l] + v[l + width];
+    return v[0];
+}
+
+/* outputs o.. o + outs_here of rows r.. r + rows_here: one tile, its sums
+ * in registers (both counts are constants where it is inlined). */
+static inline __attribute__((always_inline)) void own_tile(
+    const float *x, const float *w, const float *bias, float *out, count_t ins, count_t outs,
+    count_t r, count_t o, int rows_here, int outs_here) {
+    lanes sums[OUT_TILE][ROW_TILE];
+    for (int j = 0; j < outs_here; j++)
+        for (int i = 0; i < rows_here; i++) sums[j][i] = (lanes){0};
+    count_t whole = ins / LANES * LANES;
+    for (count_t k = 0; k < whole; k += LANES) {
+        lanes xs[ROW_TILE];
+        for (int i = 0; i < rows_here; i++) xs[i] = load_lanes(x + (r + i) * ins + k);
+        for (int j = 0; j < outs_here; j++) {
+            lanes ws = load_lanes(w + (o + j) * ins + k);
+            for (int i = 0; i < rows_here; i++) sums[j][i] = fused(ws, xs[i], sums[j][i]);
+        }
+    }
+    if (whole < ins) { /* the last terms in the first lanes, zeros in the others */
+        for (int j = 0; j < outs_here; j++)
+            for (int i = 0; i < rows_here; i++) {
+                lanes ws = {0}, xs = {0};
+                memcpy(&ws, w + (o + j) * ins + whole, (ins - whole) * sizeof(float));
+                memcpy(&xs, x + (r + i) * ins + whole, (ins - whole) * sizeof(float));
+                sums[j][i] = fused(ws, xs, sums[j][i]);
+            }
+    }
+    for (int j = 0; j < outs_here; j++)
+        for (int i = 0; i < rows_here; i++) {
+            float total = lanes_total(sums[j][i]);
+            out[(r + i) * outs + o + j] = bias ? total + bias[o + j] : total;
+        }
+}
+
+#define OWN_TILES(outs_here)                                                            \
+    for (count_t r = 0; r < rows; r += ROW_TILE) {                                      \
+        switch (rows - r < ROW_TILE ? rows - r : ROW_TILE) {                            \
+        case 1: own_tile(x, w, bias, out, ins, outs, r, o, 1, outs_here); break;        \
+        case 2: own_tile(x, w, bias, out, ins, outs, r, o, 2, outs_here); break;        \
+        case 3: own_tile(x, w, bias, out, ins, outs, r, o, 3, outs_here); break;        \
+        default: own_tile(x, w, bias, out, ins, outs, r, o, 4, outs_here); break;       \
+        }                                                                               \
+    }
+
+/* outputs [first, last) of every row. */
+static void own_outputs(const float *x, count_t rows, const float *w, const float *bias,
+                        float *out, count_t outs, count_t ins, count_t first, count_t last) {
+    count_t o = first;
+    for (; o + OUT_TILE <= last; o += OUT_TILE) OWN_TILES(OUT_TILE)
+    for (; o < last; o++) OWN_TILES(1)
+}
+
+struct own_work {
+    const float *x, *w, *bias;
+    float *out;
+    count_t rows, outs, ins, first, last;
+};
+
+static struct {
+    pthread_mutex_t lock, call;
+    pthread_cond_t posted, finished;
+    struct own_work work;
+    unsigned long posted_count, finished_count;
+    int running;
+} helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+            PTHREAD_COND_INITIALIZER};
+
+static void run_own(const struct own_work *p) {
+    own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->first, p->last);
+}
+
+/* Spins this many times for the next product before sleeping: a frame's
+ * products come back to back, and waking a sleeping thread costs more. */
+#define SPINS 20000
+
+static inline void pause_briefly(void) {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
+
+static void *helper_loop(void *unused) {
+    (void)unused;
+    unsigned long done = 0;
+    for (;;) {
+        for (int spin = 0; spin < SPINS; spin++) {
+            if (__atomic_load_n(&helper.posted_count, __ATOMIC_ACQUIRE) != done) break;
+            pause_briefly();
+        }
+        pthread_mutex_lock(&helper.lock);
+        while (helper.posted_count == done) pthread_cond_wait(&helper.posted, &helper.lock);
+        struct own_work work = helper.work;
+        pthread_mutex_unlock(&helper.lock);
+        run_own(&work);
+        __atomic_store_n(&helper.finished_count, ++done, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&helper.lock);
+        pthread_cond_signal(&helper.finished);
+        pthread_mutex_unlock(&helper.lock);
+    }
+    return NULL;
+}
+
+static int helper_ready(void) {
+    if (!helper.running) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, helper_loop, NULL) != 0) return 0;
+        pthread_detach(thread);
+        helper.running = 1;
+    }
+    return 1;
+}
+
+/* Products under this many weights stay on one thread. */
+#define OWN_SPLIT_WEIGHTS 65536
+
+void own_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
+                 count_t outs, count_t ins) {
+    struct own_work whole = {x, w, bias, out, rows, outs, ins, 0, outs};
+    pthread_mutex_lock(&helper.call);
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUT_TILE || !helper_ready()) {
+        run_own(&whole);
+        pthread_mutex_unlock(&helper.call);
+        return;
+    }
+    count_t half = outs / 2 / OUT_TILE * OUT_TILE;
+    struct own_work second = whole;
+    second.first = half;
+    whole.last = half;
+    pthread_mutex_lock(&helper.lock);
+    helper.work = second;
+    unsigned long posted = helper.posted_count + 1;
+    __atomic_store_n(&helper.posted_count, posted, __ATOMIC_RELEASE);
+    pthread_cond_signal(&helper.posted);
+    pthread_mutex_unlock(&helper.lock);
+    run_own(&whole);
+    for (int spin = 0; spin < SPINS; spin++) {
+        if (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) == posted) break;
+        pause_briefly();
+    }
+    pthread_mutex_lock(&helper.lock);
+    while (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) != posted)
+        pthread_cond_wait(&helper.finished, &helper.lock);
+    pthread_mutex_unlock(&helper.lock);
+    pthread_mutex_unlock(&helper.call);
+}
+
+/* ---- Several requests' rows through a block, outside MLX ----
+ *
+ * One row per request, as a frame step stacks them: each product over all
+ * rows at once, one sgemm as MLX computes stacked rows (MLX's numbers) or,
+ * with own, this library's own product; row r attending over its own cache
+ * (keys[r], values[r], capacities[r]) up to and including positions[r],
+ * where its keys and values are written. cos and sin: rows * dim floats
+ * (NULL: no rotation). work: rows * (5 * width + 2 * inner) + dim + the
+ * longest position + 1 floats. */
+void block_rows(const struct block *b, count_t rows, float *x, float *const *keys,
+                float *const *values, const count_t *capacities, const count_t *positions,
+                const float *cos, const float *sin, int own, float *work) {
+    void (*product)(const float *, count_t, const float *, const float *, float *, count_t,
+                    count_t) = own ? own_product : rows_product;
+    count_t width = b->width, dim = width / b->heads, inner_width = b->inner;
+    float *normed = work, *qkv = normed + rows * width, *attended = qkv + 3 * rows * width;
+    float *inner = attended + rows * width, *activated = inner + rows * inner_width;
+    float *scaled = activated + rows * inner_width, *scores = scaled + dim;
+    layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
+    product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
+    for (count_t r = 0; r < rows; r++) {
+        float *q = qkv + r * 3 * width, *k = q + width, *v = q + 2 * width;
+        count_t capacity = capacities[r], position = positions[r];
+        if (cos) {
+            rotate(q, cos + r * dim, sin + r * dim, b->heads, dim);
+            rotate(k, cos + r * dim, sin + r * dim, b->heads, dim);
+        }
+        for (count_t h = 0; h < b->heads; h++) {
+            count_t at = (h * capacity + position) * dim;
+            memcpy(keys[r] + at, k + h * dim, dim * sizeof(float));
+            memcpy(values[r] + at, v + h * dim, dim * sizeof(float));
+        }
+        attend_row(q, keys[r], values[r], b->heads, capacity, position + 1, dim, b->scale,
+                   scaled, scores, attended + r * width);
+    }
+    float *projected = normed + rows * width; /* qkv's space, no longer needed */
+    product(attended, rows, b->proj_w, b->proj_b, projected, width, width);
+    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
+    product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
+    gelu_tanh_span(inner, activated, rows * inner_width);
+    product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }

@@ -21,8 +21,8 @@ from mlx_audio.tts.models.moss_tts_nano import Model
 
 from .blocks import linear
 from .forward import LocalPass, forward_rows
+from .host_step import HostStep
 from .kv_cache import BlockKVCache, block_caches
-from .lone_row import LoneRowModel, leave_host
 from .sampling import (
     HeadSampler,
     KeySequence,
@@ -98,7 +98,7 @@ class FrameJob:
         self.frame: mx.array | None = None
         self.stopped = False
         self.failure: BaseException | None = None  # set when its batch failed
-        self.host = None  # while stepped alone on the host (``lone_row``)
+        self.host = None  # once stepped on the host (``host_step``)
 
     @property
     def done(self) -> bool:
@@ -111,14 +111,12 @@ class FrameJob:
         self.inputs = next_input
 
 
-def step(model: Model, jobs: list[FrameJob], lone: LoneRowModel | None = None) -> None:
-    """One frame for each job (none of them done). A job stepped alone runs
-    on the host through ``lone`` when given, its prompt included."""
-    if lone is not None and len(jobs) == 1:
-        lone.step(jobs[0])
+def step(model: Model, jobs: list[FrameJob], host: HostStep | None = None) -> None:
+    """One frame for each job (none of them done), on the host through
+    ``host`` when given, prompts included."""
+    if host is not None:
+        host.step(jobs)
         return
-    for job in jobs:
-        leave_host(job)
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
     hidden = _global_hidden(model, jobs)
@@ -195,13 +193,13 @@ def frames(
     sampling: FrameSampling,
     keys: KeySequence,
     cache: list[BlockKVCache] | None = None,
-    lone: LoneRowModel | None = None,
+    host: HostStep | None = None,
 ) -> Iterator[mx.array]:
     """One request alone: yield one frame of codes, ``[n_vq]``, per step until
-    the model stops (on the host through ``lone`` when given)."""
+    the model stops (on the host through ``host`` when given)."""
     job = FrameJob(model, prompt, sampling, keys, cache)
     while not job.done:
-        step(model, [job], lone)
+        step(model, [job], host)
         if job.stopped:
             return
         yield job.frame
@@ -210,16 +208,16 @@ def frames(
 def warm_up(
     model: Model,
     sampling: FrameSampling,
-    lone: LoneRowModel | None = None,
+    host: HostStep | None = None,
     max_batch: int = 2,
 ) -> None:
     """Steps a short prompt alone, then ``max_batch`` prompts together and
     every group size up to ``max_batch``, with ``sampling`` (the requests'
-    default) and ``lone`` (as the requests will be). MLX traces its
-    compiled parts again for every new shape, and the first use of one on a
-    machine builds its kernels (seconds, once; MLX keeps them on disk); one
-    job alone and several together use different ones. Done at load, so the
-    first burst of requests runs as fast as later ones."""
+    default) and ``host`` (as the requests will be). Through MLX, its
+    compiled parts are traced again for every new shape, and the first use
+    of one on a machine builds its kernels (seconds, once; MLX keeps them on
+    disk); one job alone and several together use different ones. Done at
+    load, so the first burst of requests runs as fast as later ones."""
     prompt, _ = model.build_inference_input_ids(
         text="Hello.", tokenizer=model.tokenizer, mode="continuation"
     )
@@ -229,5 +227,5 @@ def warm_up(
     for group in groups:
         live = [job for job in group if not job.done]
         if live:
-            step(model, live, lone)
+            step(model, live, host)
     mx.eval([job.frame for job in jobs if job.frame is not None])

@@ -39,8 +39,8 @@ from .chunk_release import ChunkRelease
 from .codec import DecoderState, encode, samples_per_frame
 from .codec_math import CodecMath, codec_math
 from .forward import forward_rows
+from .host_step import HostStep, host_step
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
-from .lone_row import LoneRowModel, lone_row_model
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
 from .quantize import quantize_transformers
 from .sampling import GREEDY_HEAD, HeadSampler, KeySequence
@@ -90,12 +90,12 @@ class MossNanoService(SpeechService):
         model: Model,
         codec: MossAudioTokenizer,
         codec_id: str,
-        lone: LoneRowModel | None,
+        host: HostStep | None,
         numerics: CodecMath,
     ):
         self._model = model
         self._codec = codec
-        self._batch = FrameBatch(model, lone)
+        self._batch = FrameBatch(model, host)
         self._decodes = CodecBatch(codec, model.config.n_vq, numerics)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
@@ -295,9 +295,9 @@ def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoServic
             f"fetching {fallback or 'the default codec'} failed ({error})"
         ) from error
     model.audio_tokenizer = codec
-    lone = lone_row_model(model)
-    service = MossNanoService(model, codec, _codec_id(codec), lone, codec_math())
-    warm_up(model, _frame_sampling(DEFAULTS), lone, options.max_batch)
+    host = host_step(model)
+    service = MossNanoService(model, codec, _codec_id(codec), host, codec_math())
+    warm_up(model, _frame_sampling(DEFAULTS), host, options.max_batch)
     service.warm_up_decodes(options.max_batch)
     service.warm_up_prompt_prefix()
     return service

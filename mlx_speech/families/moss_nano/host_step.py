@@ -1,0 +1,620 @@
+"""The Nano frame step on host buffers, outside MLX's graph.
+
+A frame pushes one row per request through every block: 133 matrix products
+at Nano's full size, each with a little work between them. Through MLX, each
+piece is a graph evaluated on its own stream thread, and the waits between
+them cost about as much as the products. Here the whole frame runs on the
+worker thread: each block is one call into the C library
+(``exact_activations.c``: layer norm, rotation, attention and GELU as MLX
+computes them), and each head's draw is in C too; only the frame's uniforms
+come from MLX (the requests' keys are MLX's), all in one graph. A request's
+prompt runs on its own, all its rows through each product in one sgemm.
+
+Requests stepped together have their rows stacked in each product, in one of
+two kinds. Greedy requests, and every request in the reference mode
+(``MLX_SPEECH_EXACT=1``), take ``sgemm`` of the BLAS library MLX itself
+calls, called as MLX calls it: MLX's numbers, so their codes are
+mlx-audio's bit for bit. Sampling requests take the library's own product,
+which reads each weight once for all rows (OpenBLAS's sgemm first copies the
+weights) and adds up each row in a fixed order of its own, whatever rows
+share it: their numbers differ from MLX's in the last bits (the codes almost
+never: ``bench/check_fast_products.py`` counts how often), but never with
+company.
+
+Before use, the host step is compared bit for bit with MLX's on this
+machine's BLAS, and the own product with float64 sums (``host_step``); any
+difference and frames stay in MLX.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+from mlx_audio.tts.models.moss_tts_nano import Model
+
+from ...blas import mlx_blas
+from .codec_math import exact_asked
+from .exact_activations import exact_activations
+from .forward import LocalPass, forward_rows, rotation_at
+from .kv_cache import BLOCK, BlockKVCache, block_caches
+from .sampling import HeadSampler, _filtered_draw, draw_uniforms, is_random
+
+log = logging.getLogger("mlx_speech.engine")
+
+_POINTER = ctypes.c_void_p
+_COUNT = ctypes.c_long
+
+
+# A block's layers in the order of ``struct block``'s pointers: each its
+# weight, then its bias.
+_BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.fc_out")
+
+
+class _Block(ctypes.Structure):
+    """``struct block`` of the C library."""
+
+    _fields_ = [
+        *[
+            (f"{layer.replace('.', '_')}_{part}", _POINTER)
+            for layer in _BLOCK_LAYERS
+            for part in ("weight", "bias")
+        ],
+        ("width", _COUNT),
+        ("heads", _COUNT),
+        ("inner", _COUNT),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+    ]
+
+
+class _Kernels:
+    """The library's row functions, bound to the BLAS MLX calls."""
+
+    def __init__(self, library: ctypes.CDLL, blas: ctypes.CDLL):
+        library.use_blas.argtypes = [_POINTER]
+        library.use_blas(ctypes.cast(blas.cblas_sgemm, _POINTER))
+        # each entry's C signature, as letters: p pointer, n count, f float,
+        # i int, b the block struct; the result: v none, n a count
+        signatures = {
+            "rows_product": "pnpppnn:v",
+            "own_product": "pnpppnn:v",
+            "layer_norm": "pppfpnn:v",
+            "block_rows": "bnpppppppip:v",
+            "block_prompt": "bnpppnnppp:v",
+            "filtered_draw": "pnfniffpp:n",
+        }
+        types = {"p": _POINTER, "n": _COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
+        types["b"], types["v"] = ctypes.POINTER(_Block), None
+        for name, signature in signatures.items():
+            arguments, result = signature.split(":")
+            entry = getattr(library, name)
+            entry.argtypes = [types[letter] for letter in arguments]
+            entry.restype = types[result]
+            setattr(self, name, entry)
+        self._draw_work = np.empty(0, dtype=np.float32)
+        # struct ranked: a float and a long, aligned as C lays them out
+        ranked = np.dtype([("value", np.float32), ("index", np.int64)], align=True)
+        self._ranks = np.empty(0, dtype=ranked)
+
+    def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
+        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): one sgemm as MLX
+        runs it, or the library's own product."""
+        outs, ins = weight.shape
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((len(x), outs), dtype=np.float32)
+        product = self.own_product if own else self.rows_product
+        product(x.ctypes.data, len(x), weight.ctypes.data, None, out.ctypes.data, outs, ins)
+        return out
+
+    def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
+        """``sampling._filtered_draw`` of one row, here; MLX's where a tie
+        at the top-k boundary leaves the kept tokens to MLX's partition."""
+        vocab = logits.size
+        top_k = sampler.top_k if 0 < sampler.top_k < vocab else 0
+        if self._draw_work.size < 2 * vocab + top_k + 1:
+            self._draw_work = np.empty(2 * vocab + top_k + 1, dtype=np.float32)
+        if self._ranks.size < vocab:
+            self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
+        top_p = 0 < sampler.top_p < 1
+        token = self.filtered_draw(
+            logits.ctypes.data,
+            vocab,
+            float(sampler.temperature),
+            top_k,
+            int(top_p),
+            1 - sampler.top_p,
+            uniform,
+            self._draw_work.ctypes.data,
+            self._ranks.ctypes.data,
+        )
+        if token >= 0:
+            return token
+        draw = _filtered_draw(mx.array(logits[None]), mx.array([[uniform]]), sampler)
+        return draw.item()
+
+    def norm(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
+        out = np.empty_like(x)
+        self.layer_norm(
+            x.ctypes.data,
+            weight.ctypes.data,
+            bias.ctypes.data,
+            eps,
+            out.ctypes.data,
+            x.size,
+            x.shape[-1],
+        )
+        return out
+
+
+def _host(array: mx.array) -> np.ndarray:
+    """A float32 host view of an MLX array's memory (kept valid by the array,
+    which the model holds)."""
+    mx.eval(array)
+    return np.asarray(array)
+
+
+@dataclass
+class _Norm:
+    weight: np.ndarray
+    bias: np.ndarray
+    eps: float
+
+
+class _Transformer:
+    """One transformer's blocks as C structs over host views of its weights,
+    and its RoPE tables, grown as positions are reached."""
+
+    def __init__(self, transformer):
+        self.blocks = [_block_struct(block) for block in transformer.h]
+        first = transformer.h[0].attn
+        self.heads, self.width = first.num_heads, transformer.h[0].ln_1.weight.shape[0]
+        self.dim = self.width // self.heads
+        self.inner = transformer.h[0].mlp.fc_in.weight.shape[0]
+        self.final = _Norm(
+            _host(transformer.ln_f.weight),
+            _host(transformer.ln_f.bias),
+            transformer.ln_f.eps,
+        )
+        self._positions = None if transformer.wpe is None else _host(transformer.wpe.weight)
+        self._rotary = first.rotary_emb
+        self._cos = self._sin = np.empty((0, self.dim), dtype=np.float32)
+
+    def rotation(self, positions: np.ndarray):
+        """RoPE cos and sin at each of ``positions``, each ``[rows, dim]``
+        (``None`` without RoPE)."""
+        if self._rotary is None:
+            return None, None
+        end = int(positions.max()) + 1
+        if end > len(self._cos):
+            size = -(-end // 1024) * 1024
+            cos, sin = rotation_at(self._rotary, mx.arange(size, dtype=mx.float32))
+            self._cos, self._sin = (
+                np.array(table).reshape(size, -1) for table in (cos, sin)
+            )
+        return self._cos[positions], self._sin[positions]
+
+    def with_positions(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """A copy of ``rows`` (``[count, width]``) with the embeddings of
+        their ``positions`` added, if the transformer has them."""
+        if self._positions is None:
+            return rows.copy()
+        return rows + self._positions[positions]
+
+
+def _block_struct(block) -> tuple[_Block, list[np.ndarray]]:
+    layers = [functools.reduce(getattr, name.split("."), block) for name in _BLOCK_LAYERS]
+    views = [_host(array) for layer in layers for array in (layer.weight, layer.bias)]
+    struct = _Block(
+        *[view.ctypes.data for view in views],
+        width=block.ln_1.weight.shape[0],
+        heads=block.attn.num_heads,
+        inner=block.mlp.fc_in.weight.shape[0],
+        eps=block.ln_1.eps,
+        scale=block.attn.scale,
+    )
+    return struct, views
+
+
+class HostJob:
+    """A job's state while it is stepped here: its keys and values per layer
+    (``[heads, capacity, dim]``), its next input rows (``[count, width]``:
+    its prompt, then one row a frame) and its history."""
+
+    def __init__(self, caches, length: int, rows: np.ndarray, seen: np.ndarray):
+        self.caches = caches
+        self.length = length
+        self.rows = rows
+        self.seen = seen
+
+    def room(self) -> None:
+        """Grow the caches by blocks until the next rows fit."""
+        capacity = self.caches[0][0].shape[1]
+        needed = -(-(self.length + len(self.rows)) // BLOCK) * BLOCK
+        if needed <= capacity:
+            return
+        grown = []
+        for keys, values in self.caches:
+            more = [np.zeros((keys.shape[0], needed, keys.shape[2]), np.float32)]
+            more.append(np.zeros_like(more[0]))
+            more[0][:, :capacity], more[1][:, :capacity] = keys, values
+            grown.append(tuple(more))
+        self.caches = grown
+
+
+def enter_host(job, heads: int, dim: int) -> HostJob:
+    """The job's MLX state (its caches: ``heads`` of ``dim``) as host buffers."""
+    if job.host is None:
+        mx.eval(job.inputs, job.history.seen)
+        rows = np.array(job.inputs[0])
+        caches = _host_caches(job.cache, heads, dim)
+        job.host = HostJob(caches, job.cache[0].offset, rows, np.array(job.history.seen))
+        job.inputs = job.cache = None
+    return job.host
+
+
+def _host_caches(caches: list[BlockKVCache], heads: int, dim: int):
+    mx.eval([(cache.keys, cache.values) for cache in caches])
+    length = caches[0].offset
+    capacity = -(-(length + 1) // BLOCK) * BLOCK
+    pairs = []
+    for cache in caches:
+        pair = []
+        for array in (cache.keys, cache.values):
+            host = np.zeros((heads, capacity, dim), np.float32)
+            if length:
+                host[:, :length] = np.asarray(array[0, :, :length])
+            pair.append(host)
+        pairs.append(tuple(pair))
+    return pairs
+
+
+class HostStep:
+    """The host side of one Nano model: its transformers' blocks, heads and
+    embedding tables, and the library's checked functions."""
+
+    def __init__(self, model: Model, kernels: _Kernels, fast: bool):
+        self._kernels = kernels
+        self.fast = fast
+        self._global = _Transformer(model.transformer)
+        self._local = _Transformer(model.local_transformer)
+        config = model.config
+        self._n_vq = config.n_vq
+        text = _host(model.transformer.wte.weight)
+        self._slot = text[config.audio_assistant_slot_token_id]
+        self._text_head = np.ascontiguousarray(
+            text[[config.audio_assistant_slot_token_id, config.audio_end_token_id]]
+        )
+        self._audio = [_host(embedding.weight) for embedding in model.audio_embeddings]
+        self._work = np.empty(0, dtype=np.float32)
+
+    def step(self, jobs: list) -> None:
+        """One frame for each of ``jobs`` (none of them done), their prompts
+        first for those on them (see ``enter_host``). Sampling jobs in the
+        fast mode take the library's own products, the others MLX's; each
+        kind has its rows stacked in every product."""
+        own = [self.fast and not job.sampling.greedy for job in jobs]
+        for kind in (False, True):
+            group = [job for job, takes in zip(jobs, own, strict=True) if takes == kind]
+            if group:
+                self._step_group(group, kind)
+
+    def _step_group(self, jobs: list, own: bool) -> None:
+        heads, dim = self._global.heads, self._global.dim
+        hosts = [enter_host(job, heads, dim) for job in jobs]
+        hidden = np.empty((len(jobs), self._global.width), np.float32)
+        single = [index for index, host in enumerate(hosts) if len(host.rows) == 1]
+        for index, host in enumerate(hosts):
+            if len(host.rows) > 1:
+                hidden[index] = self._global_prompt(host)
+        if single:
+            hidden[single] = self._global_rows([hosts[index] for index in single], own)
+        self._frame(jobs, hosts, hidden, own)
+
+    def _frame(self, jobs: list, hosts: list[HostJob], hidden: np.ndarray, own: bool):
+        """The local transformer and heads over each job's global hidden
+        state: the stop choice, then (for jobs that go on) one code per
+        codebook."""
+        local = [self._local_caches() for _ in jobs]
+        uniforms = self._uniforms(jobs)
+        out = self._local_rows(hidden, local, 0, own)
+        text_logits = self._kernels.products(out, self._text_head)
+        going = []
+        for job, logits, draws in zip(jobs, text_logits, uniforms, strict=True):
+            job.frame = None
+            job.stopped = self._pick(logits, job.sampling.text, draws) != 0
+            going.append(not job.stopped)
+        live = [index for index, go in enumerate(going) if go]
+        if not live:
+            return
+        previous = np.tile(self._slot, (len(live), 1))
+        codes = np.empty((len(live), self._n_vq), dtype=np.int64)
+        for channel, table in enumerate(self._audio):
+            out = self._local_rows(
+                previous, [local[index] for index in live], channel + 1, own
+            )
+            logits = self._kernels.products(out, table, own)
+            for row, index in enumerate(live):
+                job, seen = jobs[index], hosts[index].seen[channel, : len(table)]
+                scores = _penalized(logits[row], seen, job)
+                codes[row, channel] = self._pick(
+                    scores, job.sampling.audio, uniforms[index]
+                )
+            previous = table[codes[:, channel]]
+        for row, index in enumerate(live):
+            self._finish(jobs[index], hosts[index], codes[row])
+
+    def _finish(self, job, host: HostJob, codes: np.ndarray) -> None:
+        host.seen[np.arange(self._n_vq), codes] = True
+        row = self._slot
+        for table, code in zip(self._audio, codes, strict=True):
+            row = row + table[code]
+        host.rows = row[None]
+        job.frame = mx.array(codes, dtype=mx.int32)
+        job.frames_done += 1
+
+    def _global_prompt(self, host: HostJob) -> np.ndarray:
+        """The global transformer over a job's prompt rows, each product one
+        sgemm over all of them as MLX would run it → the last row's hidden
+        state."""
+        host.room()
+        transformer, count = self._global, len(host.rows)
+        positions = np.arange(host.length, host.length + count)
+        x = transformer.with_positions(host.rows, positions)
+        cos, sin = transformer.rotation(positions)
+        for (block, _), (keys, values) in zip(transformer.blocks, host.caches, strict=True):
+            self._prompt_block(block, x, keys, values, host.length, cos, sin)
+        host.length += count
+        return self._final(transformer, x[-1:])[0]
+
+    def _global_rows(self, hosts: list[HostJob], own: bool = False) -> np.ndarray:
+        """The global transformer over each job's next row → their hidden
+        states, ``[jobs, width]``."""
+        for host in hosts:
+            host.room()
+        positions = np.array([host.length for host in hosts])
+        rows = np.concatenate([host.rows for host in hosts])
+        x = self._through(
+            self._global, rows, [host.caches for host in hosts], positions, own
+        )
+        for host in hosts:
+            host.length += 1
+        return x
+
+    def _local_caches(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        local = self._local
+        shape = (local.heads, self._n_vq + 1, local.dim)
+        return [
+            (np.empty(shape, np.float32), np.empty(shape, np.float32)) for _ in local.blocks
+        ]
+
+    def _local_rows(self, rows: np.ndarray, caches: list, position: int, own: bool):
+        """The local transformer at ``position`` for each job's row (``[jobs,
+        width]``; ``caches``: each job's) → their hidden states."""
+        positions = np.full(len(rows), position)
+        return self._through(self._local, rows, caches, positions, own)
+
+    def _through(self, transformer: _Transformer, rows, caches, positions, own: bool):
+        """Rows (one per job, each at its position, over its own caches)
+        through every block and the final layer norm."""
+        x = transformer.with_positions(rows, positions)
+        cos, sin = transformer.rotation(positions)
+        for layer, (block, _) in enumerate(transformer.blocks):
+            pairs = [job_caches[layer] for job_caches in caches]
+            self._block(block, x, pairs, positions, cos, sin, own)
+        return self._final(transformer, x)
+
+    def _final(self, transformer: _Transformer, x: np.ndarray) -> np.ndarray:
+        final = transformer.final
+        return self._kernels.norm(x, final.weight, final.bias, final.eps)
+
+    def _prompt_block(self, block: _Block, x, keys, values, start: int, cos, sin) -> None:
+        rows, dim = len(x), block.width // block.heads
+        work = np.empty(
+            rows * (6 * block.width + 2 * block.inner + 2 * dim + start + rows), np.float32
+        )
+        self._kernels.block_prompt(
+            ctypes.byref(block),
+            rows,
+            x.ctypes.data,
+            keys.ctypes.data,
+            values.ctypes.data,
+            keys.shape[1],
+            start,
+            _address(cos),
+            _address(sin),
+            work.ctypes.data,
+        )
+
+    def _block(self, block: _Block, x, caches, positions, cos, sin, own: bool) -> None:
+        """One block over rows of several jobs (``caches``: each one's keys
+        and values of this layer), in place."""
+        needed = len(x) * (5 * block.width + 2 * block.inner)
+        needed += block.width // block.heads + int(positions.max()) + 1
+        if self._work.size < needed:
+            self._work = np.empty(needed + 1024, dtype=np.float32)
+        keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
+        values = np.array([pair[1].ctypes.data for pair in caches], dtype=np.uintp)
+        capacities = np.array([pair[0].shape[1] for pair in caches], dtype=np.int64)
+        positions = np.ascontiguousarray(positions, dtype=np.int64)  # kept while C reads it
+        self._kernels.block_rows(
+            ctypes.byref(block),
+            len(x),
+            x.ctypes.data,
+            keys.ctypes.data,
+            values.ctypes.data,
+            capacities.ctypes.data,
+            positions.ctypes.data,
+            _address(cos),
+            _address(sin),
+            int(own),
+            self._work.ctypes.data,
+        )
+
+    def _uniforms(self, jobs: list) -> list[Iterator[float]]:
+        """Each job's draws of the frame, taken at once (one MLX graph for
+        the jobs with as many draws): the stop head's, then each codebook's,
+        from the keys they would take one by one. (If a job stops, its
+        codebooks' keys are spent, but the job is done.)"""
+        counts = [
+            sum(map(is_random, [job.sampling.text, *[job.sampling.audio] * self._n_vq]))
+            for job in jobs
+        ]
+        draws: list[Iterator[float]] = [iter(()) for _ in jobs]
+        for count in set(counts) - {0}:
+            members = [index for index, own in enumerate(counts) if own == count]
+            values = np.array(draw_uniforms([jobs[index].keys for index in members], count))
+            for position, index in enumerate(members):
+                draws[index] = iter(values[:, position, 0].tolist())
+        return draws
+
+    def _pick(self, logits: np.ndarray, sampler: HeadSampler, uniforms) -> int:
+        if not is_random(sampler):
+            return int(np.argmax(logits))
+        return self._kernels.draw(logits, sampler, next(uniforms))
+
+
+def _address(table: np.ndarray | None):
+    return None if table is None else table.ctypes.data
+
+
+_CHECKED_SAMPLERS = (
+    HeadSampler(0.8, 25, 0.95),
+    HeadSampler(1.0, 50, 1.0),
+    HeadSampler(0.6, 0, 0.8),
+    HeadSampler(1.3, 0, 1.0),
+)
+
+
+def _draws_match(kernels: _Kernels, generator: np.random.Generator) -> bool:
+    """The host draw against MLX's on rows of logits of several spreads,
+    some with tokens at minus infinity, with each checked sampler."""
+    for row in range(24):
+        logits = generator.standard_normal(1024) * 2.0 ** (row % 6 - 2)
+        logits[generator.random(1024) < 0.05 * (row % 3)] = -np.inf
+        logits = logits.astype(np.float32)
+        uniform = float(np.float32(generator.random()))
+        for sampler in _CHECKED_SAMPLERS:
+            theirs = _filtered_draw(mx.array(logits[None]), mx.array([[uniform]]), sampler)
+            if kernels.draw(logits, sampler, uniform) != theirs.item():
+                return False
+    return True
+
+
+def _penalized(logits: np.ndarray, seen: np.ndarray, job) -> np.ndarray:
+    """``sampling.penalize_repeats`` for one row, the same float32 operations."""
+    penalty = np.float32(job.sampling.repetition_penalty)
+    if penalty == 1.0:
+        return logits
+    scaled = np.where(logits < 0, logits * penalty, logits / penalty)
+    return np.where(seen, scaled, logits)
+
+
+def host_step(model: Model, blas: str | None = None) -> HostStep | None:
+    """The host step for ``model`` with the BLAS library at ``blas`` (by
+    default the one MLX runs on), or ``None`` where it does not apply
+    (another platform or device, no C library, weights other than float32 or
+    quantized, another activation) or where it does not give MLX's numbers."""
+    if sys.platform != "linux" or mx.default_device() != mx.cpu:
+        return None
+    activations, blas = exact_activations(), blas or mlx_blas()
+    if activations is None or blas is None:
+        return None
+    if activations.gelu_tanh is None or activations.softmax is None:
+        return None
+    blocks = [*model.transformer.h, *model.local_transformer.h]
+    if any(
+        block.attn.c_attn.weight.dtype != mx.float32
+        or "scales" in block.attn.c_attn
+        or block.mlp.activation_function != "gelu_new"
+        for block in blocks
+    ):
+        return None
+    host = HostStep(
+        model, _Kernels(activations.library, ctypes.CDLL(blas)), not exact_asked()
+    )
+    generator = np.random.default_rng(5)
+    if (
+        _matches_mlx(host, model)
+        and _draws_match(host._kernels, generator)
+        and _own_product_sound(host._kernels, generator)
+    ):
+        return host
+    log.warning("the host frame step differs from MLX's here; frames stay in MLX")
+    return None
+
+
+def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> bool:
+    """The library's own product against float64 sums (within float32's
+    rounding), for products split between two threads and not, and each row
+    the same alone as beside others."""
+    for outs, ins in ((37, 100), (300, 768)):
+        x = generator.standard_normal((5, ins)).astype(np.float32)
+        w = generator.standard_normal((outs, ins)).astype(np.float32)
+        ours = kernels.products(x, w, own=True)
+        exact = x.astype(np.float64) @ w.astype(np.float64).T
+        bound = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T)
+        if not np.all(np.abs(ours - exact) <= bound):
+            return False
+        for row in range(len(x)):
+            if not np.array_equal(
+                kernels.products(x[row : row + 1], w, own=True)[0], ours[row]
+            ):
+                return False
+    return True
+
+
+def _matches_mlx(host: HostStep, model: Model) -> bool:
+    """The host step with sgemm against MLX's frame step on random rows: a
+    two-row prompt after a three-row prefix and a row after them; three
+    jobs' rows together, each after a prefix of its own; three local
+    positions for one row and for three; both heads for one row and three."""
+    generator = np.random.default_rng(4)
+    heads, dim, width = host._global.heads, host._global.dim, host._global.width
+
+    def rows(count: int) -> mx.array:
+        return mx.array(generator.standard_normal((1, count, width)).astype(np.float32))
+
+    def prefixed(count: int) -> tuple[HostJob, list[BlockKVCache]]:
+        caches = block_caches(len(model.transformer.h))
+        forward_rows(model.transformer, [rows(count)], [caches])
+        return HostJob(_host_caches(caches, heads, dim), count, None, seen=None), caches
+
+    pairs = []
+    job, caches = prefixed(3)
+    for part in (rows(2), rows(1)):
+        job.rows = np.array(part[0])
+        ours = (
+            host._global_prompt(job) if part.shape[1] > 1 else host._global_rows([job])[0]
+        )
+        pairs.append((ours, forward_rows(model.transformer, [part], [caches])[0]))
+    jobs, caches = zip(*(prefixed(count) for count in (1, 2, 4)), strict=True)
+    parts = [rows(1) for _ in jobs]
+    for job, part in zip(jobs, parts, strict=True):
+        job.rows = np.array(part[0])
+    pairs.append(
+        (host._global_rows(list(jobs)), forward_rows(model.transformer, parts, caches))
+    )
+    for count in (1, 3):
+        local_rows, local = rows(3 * count), LocalPass(model.local_transformer, positions=3)
+        host_caches = [host._local_caches() for _ in range(count)]
+        for position in range(3):
+            part = local_rows[0, position * count : (position + 1) * count]
+            ours = host._local_rows(np.array(part), host_caches, position, own=False)
+            pairs.append((ours, local(part)))
+        for table in (host._audio[0], host._text_head):
+            # a row array as the step's are (an expanded axis would make MLX
+            # call sgemm with the row "transposed", which rounds otherwise)
+            pairs.append(
+                (host._kernels.products(ours, table), mx.array(ours) @ mx.array(table).T)
+            )
+    return all(
+        np.array_equal(np.reshape(ours, -1), np.array(theirs).reshape(-1))
+        for ours, theirs in pairs
+    )

@@ -1,0 +1,229 @@
+"""The frame step on the host (``host_step``): MLX's codes for a request
+alone and for requests stepped together, joining and leaving."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_audio.tts.utils import load_model
+
+from mlx_speech.families.moss_nano.host_step import HostStep, host_step
+from mlx_speech.families.moss_nano.loop import FrameJob, FrameSampling, step
+from mlx_speech.families.moss_nano.loop import frames as loop_frames
+from mlx_speech.families.moss_nano.sampling import (
+    GREEDY_HEAD,
+    HeadSampler,
+    KeySequence,
+    _filtered_draw,
+)
+from mlx_speech.families.moss_nano.service import TEXT_HEAD
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
+    reason="the host step needs the C library (Linux, a C compiler)",
+)
+
+SAMPLED = HeadSampler(0.8, 25, 0.95)
+
+
+@pytest.fixture(scope="module")
+def model(speaking_dir):
+    return load_model(Path(speaking_dir))
+
+
+@pytest.fixture(scope="module")
+def stopping(stopping_dir):
+    return load_model(Path(stopping_dir))
+
+
+@pytest.fixture(scope="module")
+def host(model) -> HostStep:
+    found = host_step(model)
+    assert found is not None, "the host step should pass its check on MLX's own BLAS"
+    return found
+
+
+def _prompt(model, text: str = "Hello there, how are you?"):
+    return model.build_inference_input_ids(
+        text=text, tokenizer=model.tokenizer, mode="continuation"
+    )[0]
+
+
+def _sampling(text: HeadSampler, audio: HeadSampler, frames: int) -> FrameSampling:
+    return FrameSampling(text=text, audio=audio, repetition_penalty=1.2, max_frames=frames)
+
+
+def _codes(
+    model,
+    host,
+    text,
+    audio,
+    frames: int,
+    seed: int = 5,
+    words: str = "Hello there, how are you?",
+) -> list[list[int]]:
+    sampling = _sampling(text, audio, frames)
+    found = loop_frames(
+        model, _prompt(model, words), sampling, KeySequence(seed), host=host
+    )
+    return [frame.tolist() for frame in found]
+
+
+@pytest.mark.parametrize(
+    ("text", "audio"),
+    [(GREEDY_HEAD, GREEDY_HEAD), (TEXT_HEAD, GREEDY_HEAD), (TEXT_HEAD, SAMPLED)],
+    ids=["greedy", "sampled-stop-head", "sampled"],
+)
+def test_lone_codes_equal_mlxs(model, host, text, audio):
+    theirs = _codes(model, None, text, audio, 24)
+    assert len(theirs) == 24
+    assert _codes(model, host, text, audio, 24) == theirs
+
+
+def test_stop_frame_is_unchanged(stopping):
+    host = host_step(stopping)
+    theirs = _codes(stopping, None, TEXT_HEAD, SAMPLED, 200, seed=2)
+    assert 0 < len(theirs) < 200
+    ours = _codes(stopping, host, TEXT_HEAD, SAMPLED, 200, seed=2)
+    assert ours == theirs
+
+
+# (text head, audio head, frame budget, seed, text, the round it joins)
+_COMPANY = [
+    (GREEDY_HEAD, GREEDY_HEAD, 20, 5, "Hello there, how are you?", 0),
+    (TEXT_HEAD, SAMPLED, 8, 9, "A longer sentence, so that its prompt has more rows.", 3),
+    (TEXT_HEAD, HeadSampler(1.0, 50, 1.0), 14, 11, "Short.", 0),
+    (TEXT_HEAD, SAMPLED, 6, 3, "One that joins late.", 9),
+]
+
+
+def _codes_in_company(model, host, rounds: int = 24) -> list[list[list[int]]]:
+    """Each job of ``_COMPANY``: it joins at its round, prompt and all,
+    beside the jobs still running, and leaves when done."""
+    jobs = [
+        FrameJob(
+            model, _prompt(model, words), _sampling(text, audio, frames), KeySequence(seed)
+        )
+        for text, audio, frames, seed, words, _ in _COMPANY
+    ]
+    codes: list[list[list[int]]] = [[] for _ in jobs]
+    for round_ in range(rounds):
+        group = [
+            job
+            for job, spec in zip(jobs, _COMPANY, strict=True)
+            if spec[-1] <= round_ and not job.done
+        ]
+        if group:
+            step(model, group, host)
+        for job, own in zip(jobs, codes, strict=True):
+            if job in group and job.frame is not None:
+                own.append(job.frame.tolist())
+    assert all(job.done for job in jobs)
+    return codes
+
+
+def test_jobs_together_get_mlxs_codes_and_their_own(model, host):
+    """Stepped together on the host (joining with their prompts, leaving when
+    done, the last one alone): each job's codes are those MLX gives the same
+    company, and those it gets alone."""
+    ours = _codes_in_company(model, host)
+    assert [len(own) for own in ours] == [20, 8, 14, 6]
+    assert ours == _codes_in_company(model, None)
+    for stepped in (None, host):
+        alone = [
+            _codes(model, stepped, text, audio, frames, seed, words)
+            for text, audio, frames, seed, words, _ in _COMPANY
+        ]
+        assert ours == alone
+
+
+def test_own_products_are_the_same_whatever_rows_share_them(host):
+    """A row's numbers from the library's own product: the same alone and in
+    any company (4-row tiles, a tail of outputs, products split between two
+    threads or not), and float64's within float32's rounding."""
+    generator = np.random.default_rng(3)
+    for outs, ins in ((7, 40), (1030, 768)):
+        x = generator.standard_normal((9, ins)).astype(np.float32)
+        w = generator.standard_normal((outs, ins)).astype(np.float32)
+        together = host._kernels.products(x, w, own=True)
+        for start, stop in ((0, 1), (4, 5), (8, 9), (0, 4), (3, 8), (1, 6)):
+            part = host._kernels.products(x[start:stop], w, own=True)
+            np.testing.assert_array_equal(part, together[start:stop])
+        exact = x.astype(np.float64) @ w.astype(np.float64).T
+        scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+        assert np.all(np.abs(together - exact) <= 1e-6 * scale)
+        assert not np.array_equal(together, host._kernels.products(x, w))  # not sgemm's
+
+
+def test_jobs_that_stop_beside_others(stopping):
+    """Sampling jobs stepped together until each stops by itself."""
+    host = host_step(stopping)
+    jobs = [
+        FrameJob(
+            stopping,
+            _prompt(stopping, words),
+            _sampling(TEXT_HEAD, SAMPLED, 200),
+            KeySequence(seed),
+        )
+        for seed, words in ((2, "Hello there, how are you?"), (4, "Fine."), (7, "And you?"))
+    ]
+    codes: list[list[list[int]]] = [[] for _ in jobs]
+    while not all(job.done for job in jobs):
+        live = [job for job in jobs if not job.done]
+        step(stopping, live, host)
+        for job, own in zip(jobs, codes, strict=True):
+            if job in live and job.frame is not None:
+                own.append(job.frame.tolist())
+    assert all(job.stopped for job in jobs)
+    for (seed, words), own in zip(
+        ((2, "Hello there, how are you?"), (4, "Fine."), (7, "And you?")),
+        codes,
+        strict=True,
+    ):
+        assert own == _codes(stopping, None, TEXT_HEAD, SAMPLED, 200, seed, words)
+
+
+def test_reference_mode_takes_mlxs_products(model, monkeypatch):
+    monkeypatch.setenv("MLX_SPEECH_EXACT", "1")
+    exact = host_step(model)
+    assert exact is not None and not exact.fast
+    theirs = _codes(model, None, TEXT_HEAD, SAMPLED, 12)
+    assert _codes(model, exact, TEXT_HEAD, SAMPLED, 12) == theirs
+
+
+@pytest.mark.parametrize(
+    "sampler", [SAMPLED, HeadSampler(1.0, 3, 1.0)], ids=["default", "k3"]
+)
+def test_host_draws_equal_mlxs_even_with_a_tie_at_the_top_k_boundary(host, sampler):
+    generator = np.random.default_rng(8)
+    for row in range(30):
+        logits = generator.standard_normal(1024).astype(np.float32)
+        if row % 2:  # the k-th and the next largest equal: MLX's partition decides
+            order = np.argsort(-logits)
+            logits[order[sampler.top_k]] = logits[order[sampler.top_k - 1]]
+        uniform = float(np.float32(generator.random()))
+        theirs = _filtered_draw(mx.array(logits[None]), mx.array([[uniform]]), sampler)
+        assert host._kernels.draw(logits, sampler, uniform) == theirs.item()
+
+
+@pytest.mark.parametrize("broken", ["products", "draw"])
+def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypatch, broken):
+    """One product a ulp off, or one draw a token off: frames stay in MLX."""
+    from mlx_speech.families.moss_nano import host_step as module
+
+    honest = getattr(module._Kernels, broken)
+
+    def off(self, *arguments, **keywords):
+        result = honest(self, *arguments, **keywords)
+        if broken == "draw":
+            return result + 1
+        return np.nextafter(result, np.float32(np.inf))
+
+    monkeypatch.setattr(module._Kernels, broken, off)
+    assert host_step(model) is None
