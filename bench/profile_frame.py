@@ -167,7 +167,7 @@ def main() -> None:
     theirs_ms = best["mlx-audio steady frame"]
     print(f"checkpoint {args.checkpoint}; BLAS {active_blas()}; best of {args.repeats}")
     for name, value in best.items():
-        print(f"{name:30} {value:7.1f} ms  {value / theirs_ms:5.2f} of mlx-audio's frame")
+        print(f"{name:44} {value:7.1f} ms  {value / theirs_ms:5.2f} of mlx-audio's frame")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -227,3 +228,28 @@ def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypat
 
     monkeypatch.setattr(module._Kernels, broken, off)
     assert host_step(model) is None
+
+
+_FORKED_PRODUCT = """
+import ctypes, os, numpy as np
+from mlx_speech.blas import mlx_blas
+from mlx_speech.families.moss_nano.exact_activations import exact_activations
+from mlx_speech.families.moss_nano.host_step import _Kernels
+kernels = _Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+x, w = np.ones((2, 768), np.float32), np.ones((1024, 768), np.float32)
+before = kernels.products(x, w, own=True)  # the helper thread is running
+child = os.fork()
+if child == 0:
+    os._exit(0 if np.array_equal(kernels.products(x, w, own=True), before) else 3)
+_, status = os.waitpid(child, 0)
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_own_products_work_in_a_forked_child():
+    """A child forked while the helper thread runs starts a helper of its
+    own (it would otherwise wait for one that does not exist)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FORKED_PRODUCT], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -439,7 +439,7 @@ void block_prompt(const struct block *b, count_t rows, float *x, float *keys, fl
 #endif
 
 typedef float lanes __attribute__((vector_size(64), aligned(64)));
-enum { LANES = 16, OUT_TILE = 4, ROW_TILE = 4 };
+enum { LANES = 16, OUT_TILE = 4, ROW_TILE = 4, LONE_OUT_TILE = 8 };
 
 /* a * b + c, each lane rounded once. */
 static inline __attribute__((always_inline)) lanes fused(lanes a, lanes b, lanes c) {
@@ -476,7 +476,7 @@ static inline float lanes_total(lanes sums) {
 static inline __attribute__((always_inline)) void own_tile(
     const float *x, const float *w, const float *bias, float *out, count_t ins, count_t outs,
     count_t r, count_t o, int rows_here, int outs_here) {
-    lanes sums[OUT_TILE][ROW_TILE];
+    lanes sums[LONE_OUT_TILE][ROW_TILE];
     for (int j = 0; j < outs_here; j++)
         for (int i = 0; i < rows_here; i++) sums[j][i] = (lanes){0};
     count_t whole = ins / LANES * LANES;
@@ -514,10 +514,14 @@ static inline __attribute__((always_inline)) void own_tile(
         }                                                                               \
     }
 
-/* outputs [first, last) of every row. */
+/* outputs [first, last) of every row (a lone row takes twice the outputs
+ * per tile, to keep as many loads in flight). */
 static void own_outputs(const float *x, count_t rows, const float *w, const float *bias,
                         float *out, count_t outs, count_t ins, count_t first, count_t last) {
     count_t o = first;
+    if (rows == 1)
+        for (; o + LONE_OUT_TILE <= last; o += LONE_OUT_TILE)
+            own_tile(x, w, bias, out, ins, outs, 0, o, 1, LONE_OUT_TILE);
     for (; o + OUT_TILE <= last; o += OUT_TILE) OWN_TILES(OUT_TILE)
     for (; o < last; o++) OWN_TILES(1)
 }
@@ -572,10 +576,22 @@ static void *helper_loop(void *unused) {
     return NULL;
 }
 
+/* A forked child has no helper thread: it starts its own when needed. */
+static void forget_helper(void) {
+    helper.running = 0;
+    helper.posted_count = helper.finished_count = 0;
+    pthread_mutex_init(&helper.lock, NULL);
+    pthread_mutex_init(&helper.call, NULL);
+    pthread_cond_init(&helper.posted, NULL);
+    pthread_cond_init(&helper.finished, NULL);
+}
+
 static int helper_ready(void) {
+    static int watching_forks;
+    if (!watching_forks) watching_forks = pthread_atfork(NULL, NULL, forget_helper) == 0;
     if (!helper.running) {
         pthread_t thread;
-        if (pthread_create(&thread, NULL, helper_loop, NULL) != 0) return 0;
+        if (!watching_forks || pthread_create(&thread, NULL, helper_loop, NULL) != 0) return 0;
         pthread_detach(thread);
         helper.running = 1;
     }
