@@ -463,6 +463,17 @@ static inline lanes load_lanes(const float *p) {
     return v;
 }
 
+/* Keeps a loaded value in a register: otherwise the compiler folds the load
+ * into every multiply-add that uses it, and the loads, not the arithmetic,
+ * set the pace. */
+static inline __attribute__((always_inline)) void in_register(lanes *v) {
+#if defined(__AVX512F__)
+    __asm__("" : "+v"(*v));
+#else
+    (void)v;
+#endif
+}
+
 static inline float lanes_total(lanes sums) {
     float v[LANES];
     memcpy(v, &sums, sizeof v);
@@ -482,9 +493,13 @@ static inline __attribute__((always_inline)) void own_tile(
     count_t whole = ins / LANES * LANES;
     for (count_t k = 0; k < whole; k += LANES) {
         lanes xs[ROW_TILE];
-        for (int i = 0; i < rows_here; i++) xs[i] = load_lanes(x + (r + i) * ins + k);
+        for (int i = 0; i < rows_here; i++) {
+            xs[i] = load_lanes(x + (r + i) * ins + k);
+            in_register(&xs[i]);
+        }
         for (int j = 0; j < outs_here; j++) {
             lanes ws = load_lanes(w + (o + j) * ins + k);
+            in_register(&ws);
             for (int i = 0; i < rows_here; i++) sums[j][i] = fused(ws, xs[i], sums[j][i]);
         }
     }
@@ -632,15 +647,49 @@ void own_product(const float *x, count_t rows, const float *w, const float *bias
     pthread_mutex_unlock(&helper.call);
 }
 
+/* x . y over n floats in the own product's order. */
+static float own_dot(const float *x, const float *y, count_t n) {
+    lanes sums = {0};
+    count_t whole = n / LANES * LANES;
+    for (count_t k = 0; k < whole; k += LANES)
+        sums = fused(load_lanes(x + k), load_lanes(y + k), sums);
+    if (whole < n) {
+        lanes xs = {0}, ys = {0};
+        memcpy(&xs, x + whole, (n - whole) * sizeof(float));
+        memcpy(&ys, y + whole, (n - whole) * sizeof(float));
+        sums = fused(xs, ys, sums);
+    }
+    return lanes_total(sums);
+}
+
+/* attend_row's attention in an order of our own, for rows whose products are
+ * the library's own: each score an own_dot, MLX's softmax, then the values
+ * added up position by position with fused multiply-adds. No call into the
+ * BLAS: for a query row, a product's call costs more than its arithmetic. */
+static void attend_row_own(const float *q, const float *keys, const float *values,
+                           count_t heads, count_t capacity, count_t length, count_t dim,
+                           float scale, float *scaled, float *scores, float *out) {
+    for (count_t h = 0; h < heads; h++) {
+        const float *k = keys + h * capacity * dim, *v = values + h * capacity * dim;
+        float *o = out + h * dim;
+        for (count_t j = 0; j < dim; j++) scaled[j] = scale * q[h * dim + j];
+        for (count_t p = 0; p < length; p++) scores[p] = own_dot(scaled, k + p * dim, dim);
+        softmax_span(scores, scores, length, length);
+        for (count_t j = 0; j < dim; j++) o[j] = 0.0f;
+        for (count_t p = 0; p < length; p++)
+            for (count_t j = 0; j < dim; j++) o[j] = fmaf(scores[p], v[p * dim + j], o[j]);
+    }
+}
+
 /* ---- Several requests' rows through a block, outside MLX ----
  *
  * One row per request, as a frame step stacks them: each product over all
  * rows at once, one sgemm as MLX computes stacked rows (MLX's numbers) or,
- * with own, this library's own product; row r attending over its own cache
- * (keys[r], values[r], capacities[r]) up to and including positions[r],
- * where its keys and values are written. cos and sin: rows * dim floats
- * (NULL: no rotation). work: rows * (5 * width + 2 * inner) + dim + the
- * longest position + 1 floats. */
+ * with own, this library's own product (and attention); row r attending
+ * over its own cache (keys[r], values[r], capacities[r]) up to and
+ * including positions[r], where its keys and values are written. cos and
+ * sin: rows * dim floats (NULL: no rotation). work: rows * (5 * width + 2 *
+ * inner) + dim + the longest position + 1 floats. */
 void block_rows(const struct block *b, count_t rows, float *x, float *const *keys,
                 float *const *values, const count_t *capacities, const count_t *positions,
                 const float *cos, const float *sin, int own, float *work) {
@@ -664,8 +713,9 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
             memcpy(keys[r] + at, k + h * dim, dim * sizeof(float));
             memcpy(values[r] + at, v + h * dim, dim * sizeof(float));
         }
-        attend_row(q, keys[r], values[r], b->heads, capacity, position + 1, dim, b->scale,
-                   scaled, scores, attended + r * width);
+        (own ? attend_row_own : attend_row)(q, keys[r], values[r], b->heads, capacity,
+                                            position + 1, dim, b->scale, scaled, scores,
+                                            attended + r * width);
     }
     float *projected = normed + rows * width; /* qkv's space, no longer needed */
     product(attended, rows, b->proj_w, b->proj_b, projected, width, width);

@@ -571,10 +571,12 @@ def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> boo
 
 
 def _matches_mlx(host: HostStep, model: Model) -> bool:
-    """The host step with sgemm against MLX's frame step on random rows: a
-    two-row prompt after a three-row prefix and a row after them; three
-    jobs' rows together, each after a prefix of its own; three local
-    positions for one row and for three; both heads for one row and three."""
+    """The host step with sgemm against MLX's frame step on random rows, bit
+    for bit: a two-row prompt after a three-row prefix and a row after them;
+    three jobs' rows together, each after a prefix of its own; three local
+    positions for one row and for three; both heads for one row and three.
+    And the three jobs' rows with the library's own products and attention,
+    within float32's rounding of MLX's."""
     generator = np.random.default_rng(4)
     heads, dim, width = host._global.heads, host._global.dim, host._global.width
 
@@ -595,12 +597,18 @@ def _matches_mlx(host: HostStep, model: Model) -> bool:
         )
         pairs.append((ours, forward_rows(model.transformer, [part], [caches])[0]))
     jobs, caches = zip(*(prefixed(count) for count in (1, 2, 4)), strict=True)
+    own_jobs = [
+        HostJob(_host_caches(cache, heads, dim), job.length, None, seen=None)
+        for job, cache in zip(jobs, caches, strict=True)
+    ]
     parts = [rows(1) for _ in jobs]
-    for job, part in zip(jobs, parts, strict=True):
-        job.rows = np.array(part[0])
-    pairs.append(
-        (host._global_rows(list(jobs)), forward_rows(model.transformer, parts, caches))
-    )
+    for job, own_job, part in zip(jobs, own_jobs, parts, strict=True):
+        job.rows = own_job.rows = np.array(part[0])
+    ours, own = host._global_rows(list(jobs)), host._global_rows(own_jobs, own=True)
+    theirs = np.array(forward_rows(model.transformer, parts, caches))
+    pairs.append((ours, theirs))
+    if not np.all(np.abs(own - theirs) <= 1e-4 * np.abs(theirs).max()):
+        return False
     for count in (1, 3):
         local_rows, local = rows(3 * count), LocalPass(model.local_transformer, positions=3)
         host_caches = [host._local_caches() for _ in range(count)]
