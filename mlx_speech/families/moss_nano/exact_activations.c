@@ -9,7 +9,11 @@
  * compiler can vectorize it); MLX's erf and exp formulas, with fmaf where MLX
  * calls fma. Built with -ffp-contract=off, so no multiply-add is fused that
  * MLX does not fuse. The Python side checks the results against MLX's before
- * using them. */
+ * using them.
+ *
+ * On these, the frame step on the host (host_step.py) builds its blocks,
+ * heads' draws and, for sampling requests, products of the library's own
+ * (sections below). */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
