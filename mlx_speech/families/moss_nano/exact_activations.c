@@ -14,6 +14,9 @@
  * On these, the frame step on the host (host_step.py) builds its blocks,
  * heads' draws and, for sampling requests, products of the library's own
  * (sections below). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -140,27 +143,126 @@ static void softmax_span(const float *x, float *out, count_t n, count_t width) {
     }
 }
 
-typedef void (*span_fn)(const float *, float *, count_t, count_t);
-struct span { span_fn fn; const float *x; float *out; count_t n, width; };
+/* ---- A helper thread ----
+ *
+ * Work split in two runs one half here and the other on a helper thread that
+ * lives as long as the process (started on first use). Between tasks the
+ * helper spins briefly, then sleeps: a frame's tasks come back to back, and
+ * waking a sleeping thread costs more than most of them. A forked child
+ * starts a helper of its own. */
 
-static void *run_span(void *argument) {
-    struct span *s = argument;
-    s->fn(s->x, s->out, s->n, s->width);
+typedef void (*task_fn)(const void *);
+
+static struct {
+    pthread_mutex_t lock, call;
+    pthread_cond_t posted, finished;
+    task_fn task;
+    const void *argument;
+    unsigned long posted_count, finished_count;
+    int running;
+} helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+            PTHREAD_COND_INITIALIZER};
+
+#define SPINS 20000
+
+static inline void pause_briefly(void) {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
+
+static void *helper_loop(void *unused) {
+    (void)unused;
+    unsigned long done = 0;
+    for (;;) {
+        for (int spin = 0; spin < SPINS; spin++) {
+            if (__atomic_load_n(&helper.posted_count, __ATOMIC_ACQUIRE) != done) break;
+            pause_briefly();
+        }
+        pthread_mutex_lock(&helper.lock);
+        while (helper.posted_count == done) pthread_cond_wait(&helper.posted, &helper.lock);
+        task_fn task = helper.task;
+        const void *argument = helper.argument;
+        pthread_mutex_unlock(&helper.lock);
+        task(argument);
+        __atomic_store_n(&helper.finished_count, ++done, __ATOMIC_RELEASE);
+        pthread_mutex_lock(&helper.lock);
+        pthread_cond_signal(&helper.finished);
+        pthread_mutex_unlock(&helper.lock);
+    }
     return NULL;
 }
 
-/* Large arrays in two halves (whole rows of width), the second on a thread
- * of its own. */
-static void in_halves(span_fn fn, const float *x, float *out, count_t n, count_t width) {
-    pthread_t thread;
+static void forget_helper(void) {
+    helper.running = 0;
+    helper.posted_count = helper.finished_count = 0;
+    pthread_mutex_init(&helper.lock, NULL);
+    pthread_mutex_init(&helper.call, NULL);
+    pthread_cond_init(&helper.posted, NULL);
+    pthread_cond_init(&helper.finished, NULL);
+}
+
+static int helper_ready(void) {
+    static int watching_forks;
+    if (!watching_forks) watching_forks = pthread_atfork(NULL, NULL, forget_helper) == 0;
+    if (!helper.running) {
+        pthread_t thread;
+        if (!watching_forks || pthread_create(&thread, NULL, helper_loop, NULL) != 0) return 0;
+        pthread_detach(thread);
+        helper.running = 1;
+    }
+    return 1;
+}
+
+/* task(here) on this thread and task(there) on the helper, at once (both
+ * here if the helper cannot start). */
+static void in_parallel(task_fn task, const void *here, const void *there) {
+    pthread_mutex_lock(&helper.call);
+    if (!helper_ready()) {
+        pthread_mutex_unlock(&helper.call);
+        task(here);
+        task(there);
+        return;
+    }
+    pthread_mutex_lock(&helper.lock);
+    helper.task = task;
+    helper.argument = there;
+    unsigned long posted = helper.posted_count + 1;
+    __atomic_store_n(&helper.posted_count, posted, __ATOMIC_RELEASE);
+    pthread_cond_signal(&helper.posted);
+    pthread_mutex_unlock(&helper.lock);
+    task(here);
+    for (int spin = 0; spin < SPINS; spin++) {
+        if (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) == posted) break;
+        pause_briefly();
+    }
+    pthread_mutex_lock(&helper.lock);
+    while (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) != posted)
+        pthread_cond_wait(&helper.finished, &helper.lock);
+    pthread_mutex_unlock(&helper.lock);
+    pthread_mutex_unlock(&helper.call);
+}
+
+typedef void (*span_fn)(const float *, float *, count_t, count_t);
+struct span { span_fn fn; const float *x; float *out; count_t n, width; };
+
+static void run_span(const void *argument) {
+    const struct span *s = argument;
+    s->fn(s->x, s->out, s->n, s->width);
+}
+
+/* Arrays of at least least floats in two halves (whole rows of width), one
+ * on the helper thread. */
+static void in_halves(span_fn fn, const float *x, float *out, count_t n, count_t width,
+                      count_t least) {
     count_t half = n / width / 2 * width;
-    struct span second = {fn, x + half, out + half, n - half, width};
-    if (n < 32768 || half == 0 || pthread_create(&thread, NULL, run_span, &second) != 0) {
+    if (n < least || half == 0) {
         fn(x, out, n, width);
         return;
     }
-    fn(x, out, half, width);
-    pthread_join(thread, NULL);
+    struct span first = {fn, x, out, half, width};
+    struct span second = {fn, x + half, out + half, n - half, width};
+    in_parallel(run_span, &first, &second);
 }
 
 static void gelu_tanh_rows(const float *x, float *out, count_t n, count_t width) {
@@ -173,10 +275,18 @@ static void gelu_erf_rows(const float *x, float *out, count_t n, count_t width) 
     gelu_erf_span(x, out, n);
 }
 
-void gelu_tanh(const float *x, float *out, count_t n) { in_halves(gelu_tanh_rows, x, out, n, 1); }
-void gelu_erf(const float *x, float *out, count_t n) { in_halves(gelu_erf_rows, x, out, n, 1); }
+/* The entries for MLX arrays (exact_activations.py) and a prompt's rows:
+ * large ones in halves. */
+enum { LARGE = 32768 };
+
+void gelu_tanh(const float *x, float *out, count_t n) {
+    in_halves(gelu_tanh_rows, x, out, n, 1, LARGE);
+}
+void gelu_erf(const float *x, float *out, count_t n) {
+    in_halves(gelu_erf_rows, x, out, n, 1, LARGE);
+}
 void softmax(const float *x, float *out, count_t n, count_t width) {
-    in_halves(softmax_span, x, out, n, width);
+    in_halves(softmax_span, x, out, n, width, LARGE);
 }
 
 /* ---- Rows through a GPT-2 block, outside MLX ----
@@ -438,10 +548,6 @@ void block_prompt(const struct block *b, count_t rows, float *x, float *keys, fl
  * weights, its sgemv reads them once per row). The outputs are split between
  * this thread and a helper. */
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 typedef float lanes __attribute__((vector_size(64), aligned(64)));
 enum { LANES = 16, OUT_TILE = 4, ROW_TILE = 4, LONE_OUT_TILE = 8 };
 
@@ -545,110 +651,30 @@ static void own_outputs(const float *x, count_t rows, const float *w, const floa
     for (; o < last; o++) OWN_TILES(1)
 }
 
+/* Products under this many weights stay on one thread. */
+#define OWN_SPLIT_WEIGHTS 65536
+
 struct own_work {
     const float *x, *w, *bias;
     float *out;
     count_t rows, outs, ins, first, last;
 };
 
-static struct {
-    pthread_mutex_t lock, call;
-    pthread_cond_t posted, finished;
-    struct own_work work;
-    unsigned long posted_count, finished_count;
-    int running;
-} helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-            PTHREAD_COND_INITIALIZER};
-
-static void run_own(const struct own_work *p) {
+static void run_own(const void *argument) {
+    const struct own_work *p = argument;
     own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->first, p->last);
 }
-
-/* Spins this many times for the next product before sleeping: a frame's
- * products come back to back, and waking a sleeping thread costs more. */
-#define SPINS 20000
-
-static inline void pause_briefly(void) {
-#if defined(__x86_64__)
-    _mm_pause();
-#endif
-}
-
-static void *helper_loop(void *unused) {
-    (void)unused;
-    unsigned long done = 0;
-    for (;;) {
-        for (int spin = 0; spin < SPINS; spin++) {
-            if (__atomic_load_n(&helper.posted_count, __ATOMIC_ACQUIRE) != done) break;
-            pause_briefly();
-        }
-        pthread_mutex_lock(&helper.lock);
-        while (helper.posted_count == done) pthread_cond_wait(&helper.posted, &helper.lock);
-        struct own_work work = helper.work;
-        pthread_mutex_unlock(&helper.lock);
-        run_own(&work);
-        __atomic_store_n(&helper.finished_count, ++done, __ATOMIC_RELEASE);
-        pthread_mutex_lock(&helper.lock);
-        pthread_cond_signal(&helper.finished);
-        pthread_mutex_unlock(&helper.lock);
-    }
-    return NULL;
-}
-
-/* A forked child has no helper thread: it starts its own when needed. */
-static void forget_helper(void) {
-    helper.running = 0;
-    helper.posted_count = helper.finished_count = 0;
-    pthread_mutex_init(&helper.lock, NULL);
-    pthread_mutex_init(&helper.call, NULL);
-    pthread_cond_init(&helper.posted, NULL);
-    pthread_cond_init(&helper.finished, NULL);
-}
-
-static int helper_ready(void) {
-    static int watching_forks;
-    if (!watching_forks) watching_forks = pthread_atfork(NULL, NULL, forget_helper) == 0;
-    if (!helper.running) {
-        pthread_t thread;
-        if (!watching_forks || pthread_create(&thread, NULL, helper_loop, NULL) != 0) return 0;
-        pthread_detach(thread);
-        helper.running = 1;
-    }
-    return 1;
-}
-
-/* Products under this many weights stay on one thread. */
-#define OWN_SPLIT_WEIGHTS 65536
 
 void own_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
                  count_t outs, count_t ins) {
     struct own_work whole = {x, w, bias, out, rows, outs, ins, 0, outs};
-    pthread_mutex_lock(&helper.call);
-    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUT_TILE || !helper_ready()) {
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUT_TILE) {
         run_own(&whole);
-        pthread_mutex_unlock(&helper.call);
         return;
     }
-    count_t half = outs / 2 / OUT_TILE * OUT_TILE;
-    struct own_work second = whole;
-    second.first = half;
-    whole.last = half;
-    pthread_mutex_lock(&helper.lock);
-    helper.work = second;
-    unsigned long posted = helper.posted_count + 1;
-    __atomic_store_n(&helper.posted_count, posted, __ATOMIC_RELEASE);
-    pthread_cond_signal(&helper.posted);
-    pthread_mutex_unlock(&helper.lock);
-    run_own(&whole);
-    for (int spin = 0; spin < SPINS; spin++) {
-        if (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) == posted) break;
-        pause_briefly();
-    }
-    pthread_mutex_lock(&helper.lock);
-    while (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) != posted)
-        pthread_cond_wait(&helper.finished, &helper.lock);
-    pthread_mutex_unlock(&helper.lock);
-    pthread_mutex_unlock(&helper.call);
+    struct own_work here = whole, there = whole;
+    here.last = there.first = outs / 2 / OUT_TILE * OUT_TILE;
+    in_parallel(run_own, &here, &there);
 }
 
 /* x . y over n floats in the own product's order. */
@@ -694,6 +720,10 @@ static void attend_row_own(const float *q, const float *keys, const float *value
  * including positions[r], where its keys and values are written. cos and
  * sin: rows * dim floats (NULL: no rotation). work: rows * (5 * width + 2 *
  * inner) + dim + the longest position + 1 floats. */
+/* A frame's GELU is split from this many values: two rows' at Nano's size
+ * (one row's gained nothing, measured). */
+enum { ROWS_GELU_SPLIT = 4096 };
+
 void block_rows(const struct block *b, count_t rows, float *x, float *const *keys,
                 float *const *values, const count_t *capacities, const count_t *positions,
                 const float *cos, const float *sin, int own, float *work) {
@@ -726,7 +756,7 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
     layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
     product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
-    gelu_tanh_span(inner, activated, rows * inner_width);
+    in_halves(gelu_tanh_rows, inner, activated, rows * inner_width, 1, ROWS_GELU_SPLIT);
     product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }
