@@ -146,10 +146,11 @@ static void softmax_span(const float *x, float *out, count_t n, count_t width) {
 /* ---- A helper thread ----
  *
  * Work split in two runs one half here and the other on a helper thread that
- * lives as long as the process (started on first use). Between tasks the
- * helper spins briefly, then sleeps: a frame's tasks come back to back, and
- * waking a sleeping thread costs more than most of them. A forked child
- * starts a helper of its own. */
+ * lives as long as the process (started on first use). After a frame step's
+ * task the helper spins briefly before it sleeps: those tasks come back to
+ * back, and waking a sleeping thread costs more than most of them. After any
+ * other it sleeps at once, leaving the core to MLX's threads, which run
+ * between those tasks. A forked child starts a helper of its own. */
 
 typedef void (*task_fn)(const void *);
 
@@ -159,7 +160,7 @@ static struct {
     task_fn task;
     const void *argument;
     unsigned long posted_count, finished_count;
-    int running;
+    int running, linger;
 } helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
             PTHREAD_COND_INITIALIZER};
 
@@ -174,8 +175,9 @@ static inline void pause_briefly(void) {
 static void *helper_loop(void *unused) {
     (void)unused;
     unsigned long done = 0;
+    int linger = 0;
     for (;;) {
-        for (int spin = 0; spin < SPINS; spin++) {
+        for (int spin = 0; linger && spin < SPINS; spin++) {
             if (__atomic_load_n(&helper.posted_count, __ATOMIC_ACQUIRE) != done) break;
             pause_briefly();
         }
@@ -183,6 +185,7 @@ static void *helper_loop(void *unused) {
         while (helper.posted_count == done) pthread_cond_wait(&helper.posted, &helper.lock);
         task_fn task = helper.task;
         const void *argument = helper.argument;
+        linger = helper.linger;
         pthread_mutex_unlock(&helper.lock);
         task(argument);
         __atomic_store_n(&helper.finished_count, ++done, __ATOMIC_RELEASE);
@@ -215,8 +218,8 @@ static int helper_ready(void) {
 }
 
 /* task(here) on this thread and task(there) on the helper, at once (both
- * here if the helper cannot start). */
-static void in_parallel(task_fn task, const void *here, const void *there) {
+ * here if the helper cannot start); linger: a frame step's task. */
+static void in_parallel(task_fn task, const void *here, const void *there, int linger) {
     pthread_mutex_lock(&helper.call);
     if (!helper_ready()) {
         pthread_mutex_unlock(&helper.call);
@@ -227,6 +230,7 @@ static void in_parallel(task_fn task, const void *here, const void *there) {
     pthread_mutex_lock(&helper.lock);
     helper.task = task;
     helper.argument = there;
+    helper.linger = linger;
     unsigned long posted = helper.posted_count + 1;
     __atomic_store_n(&helper.posted_count, posted, __ATOMIC_RELEASE);
     pthread_cond_signal(&helper.posted);
@@ -252,9 +256,9 @@ static void run_span(const void *argument) {
 }
 
 /* Arrays of at least least floats in two halves (whole rows of width), one
- * on the helper thread. */
+ * on the helper thread (linger: in a frame step). */
 static void in_halves(span_fn fn, const float *x, float *out, count_t n, count_t width,
-                      count_t least) {
+                      count_t least, int linger) {
     count_t half = n / width / 2 * width;
     if (n < least || half == 0) {
         fn(x, out, n, width);
@@ -262,7 +266,7 @@ static void in_halves(span_fn fn, const float *x, float *out, count_t n, count_t
     }
     struct span first = {fn, x, out, half, width};
     struct span second = {fn, x + half, out + half, n - half, width};
-    in_parallel(run_span, &first, &second);
+    in_parallel(run_span, &first, &second, linger);
 }
 
 static void gelu_tanh_rows(const float *x, float *out, count_t n, count_t width) {
@@ -280,13 +284,13 @@ static void gelu_erf_rows(const float *x, float *out, count_t n, count_t width) 
 enum { LARGE = 32768 };
 
 void gelu_tanh(const float *x, float *out, count_t n) {
-    in_halves(gelu_tanh_rows, x, out, n, 1, LARGE);
+    in_halves(gelu_tanh_rows, x, out, n, 1, LARGE, 0);
 }
 void gelu_erf(const float *x, float *out, count_t n) {
-    in_halves(gelu_erf_rows, x, out, n, 1, LARGE);
+    in_halves(gelu_erf_rows, x, out, n, 1, LARGE, 0);
 }
 void softmax(const float *x, float *out, count_t n, count_t width) {
-    in_halves(softmax_span, x, out, n, width, LARGE);
+    in_halves(softmax_span, x, out, n, width, LARGE, 0);
 }
 
 /* ---- Rows through a GPT-2 block, outside MLX ----
@@ -674,7 +678,7 @@ void own_product(const float *x, count_t rows, const float *w, const float *bias
     }
     struct own_work here = whole, there = whole;
     here.last = there.first = outs / 2 / OUT_TILE * OUT_TILE;
-    in_parallel(run_own, &here, &there);
+    in_parallel(run_own, &here, &there, 1);
 }
 
 /* x . y over n floats in the own product's order. */
@@ -756,7 +760,7 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
     layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
     product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
-    in_halves(gelu_tanh_rows, inner, activated, rows * inner_width, 1, ROWS_GELU_SPLIT);
+    in_halves(gelu_tanh_rows, inner, activated, rows * inner_width, 1, ROWS_GELU_SPLIT, 1);
     product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }
