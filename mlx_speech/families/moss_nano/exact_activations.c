@@ -504,6 +504,45 @@ static void attend_rows(const float *q, count_t rows, const float *keys, const f
     }
 }
 
+typedef void (*product_fn)(const float *, count_t, const float *, const float *, float *,
+                           count_t, count_t);
+
+/* One row's queries and keys (the first two thirds of its qkv) rotated
+ * (cos, sin: its dim floats each; NULL: no rotation), and its keys and
+ * values written into a cache laid out [heads, capacity, dim] at position. */
+static void place_row(const struct block *b, float *qkv, const float *cos, const float *sin,
+                      float *keys, float *values, count_t capacity, count_t position) {
+    count_t width = b->width, dim = width / b->heads;
+    float *q = qkv, *k = qkv + width, *v = qkv + 2 * width;
+    if (cos) {
+        rotate(q, cos, sin, b->heads, dim);
+        rotate(k, cos, sin, b->heads, dim);
+    }
+    for (count_t h = 0; h < b->heads; h++) {
+        count_t at = (h * capacity + position) * dim;
+        memcpy(keys + at, k + h * dim, dim * sizeof(float));
+        memcpy(values + at, v + h * dim, dim * sizeof(float));
+    }
+}
+
+/* The block after attention, on rows rows in place: c_proj and its
+ * residual, ln_2, the MLP (its GELU in halves from least values; linger: in
+ * a frame step) and its residual. normed and projected: rows * width
+ * floats; inner and activated: rows * inner. */
+static void after_attention(const struct block *b, count_t rows, float *x,
+                            const float *attended, product_fn product, float *normed,
+                            float *projected, float *inner, float *activated, count_t least,
+                            int linger) {
+    count_t width = b->width, inner_width = b->inner;
+    product(attended, rows, b->proj_w, b->proj_b, projected, width, width);
+    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
+    product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
+    in_halves(gelu_tanh_rows, inner, activated, rows * inner_width, 1, least, linger);
+    product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
+    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+}
+
 /* x (rows * width floats) through the block at positions start.., in place;
  * cos and sin: rows * dim floats (NULL: no rotation). work: rows * (6 * width
  * + 2 * inner + 2 * dim + start + rows) floats. */
@@ -518,27 +557,15 @@ void block_prompt(const struct block *b, count_t rows, float *x, float *keys, fl
     layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
     rows_product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
     for (count_t r = 0; r < rows; r++) {
-        float *q = qkv + r * 3 * width, *k = q + width, *v = q + 2 * width;
-        if (cos) {
-            rotate(q, cos + r * dim, sin + r * dim, b->heads, dim);
-            rotate(k, cos + r * dim, sin + r * dim, b->heads, dim);
-        }
-        for (count_t h = 0; h < b->heads; h++) {
-            count_t at = (h * capacity + start + r) * dim;
-            memcpy(keys + at, k + h * dim, dim * sizeof(float));
-            memcpy(values + at, v + h * dim, dim * sizeof(float));
-        }
-        memcpy(normed + r * width, q, width * sizeof(float)); /* the queries, packed */
+        float *row = qkv + r * 3 * width;
+        place_row(b, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL, keys, values,
+                  capacity, start + r);
+        memcpy(normed + r * width, row, width * sizeof(float)); /* the queries, packed */
     }
     attend_rows(normed, rows, keys, values, b->heads, capacity, start, dim, b->scale, scaled,
                 scores, attended, gathered);
-    rows_product(attended, rows, b->proj_w, b->proj_b, projected, width, width);
-    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
-    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
-    rows_product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
-    gelu_tanh(inner, activated, rows * inner_width); /* on two threads when large */
-    rows_product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
-    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+    after_attention(b, rows, x, attended, rows_product, normed, projected, inner, activated,
+                    LARGE, 0);
 }
 
 /* ---- Products of our own, for sampling requests ----
@@ -731,8 +758,7 @@ enum { ROWS_GELU_SPLIT = 4096 };
 void block_rows(const struct block *b, count_t rows, float *x, float *const *keys,
                 float *const *values, const count_t *capacities, const count_t *positions,
                 const float *cos, const float *sin, int own, float *work) {
-    void (*product)(const float *, count_t, const float *, const float *, float *, count_t,
-                    count_t) = own ? own_product : rows_product;
+    product_fn product = own ? own_product : rows_product;
     count_t width = b->width, dim = width / b->heads, inner_width = b->inner;
     float *normed = work, *qkv = normed + rows * width, *attended = qkv + 3 * rows * width;
     float *inner = attended + rows * width, *activated = inner + rows * inner_width;
@@ -740,27 +766,14 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
     product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
     for (count_t r = 0; r < rows; r++) {
-        float *q = qkv + r * 3 * width, *k = q + width, *v = q + 2 * width;
-        count_t capacity = capacities[r], position = positions[r];
-        if (cos) {
-            rotate(q, cos + r * dim, sin + r * dim, b->heads, dim);
-            rotate(k, cos + r * dim, sin + r * dim, b->heads, dim);
-        }
-        for (count_t h = 0; h < b->heads; h++) {
-            count_t at = (h * capacity + position) * dim;
-            memcpy(keys[r] + at, k + h * dim, dim * sizeof(float));
-            memcpy(values[r] + at, v + h * dim, dim * sizeof(float));
-        }
-        (own ? attend_row_own : attend_row)(q, keys[r], values[r], b->heads, capacity,
-                                            position + 1, dim, b->scale, scaled, scores,
+        float *row = qkv + r * 3 * width;
+        place_row(b, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL, keys[r],
+                  values[r], capacities[r], positions[r]);
+        (own ? attend_row_own : attend_row)(row, keys[r], values[r], b->heads, capacities[r],
+                                            positions[r] + 1, dim, b->scale, scaled, scores,
                                             attended + r * width);
     }
     float *projected = normed + rows * width; /* qkv's space, no longer needed */
-    product(attended, rows, b->proj_w, b->proj_b, projected, width, width);
-    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
-    layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
-    product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
-    in_halves(gelu_tanh_rows, inner, activated, rows * inner_width, 1, ROWS_GELU_SPLIT, 1);
-    product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
-    for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
+    after_attention(b, rows, x, attended, product, normed, projected, inner, activated,
+                    ROWS_GELU_SPLIT, 1);
 }

@@ -176,7 +176,6 @@ class _Transformer:
         first = transformer.h[0].attn
         self.heads, self.width = first.num_heads, transformer.h[0].ln_1.weight.shape[0]
         self.dim = self.width // self.heads
-        self.inner = transformer.h[0].mlp.fc_in.weight.shape[0]
         self.final = _Norm(
             _host(transformer.ln_f.weight),
             _host(transformer.ln_f.bias),
