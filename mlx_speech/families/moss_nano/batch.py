@@ -25,6 +25,7 @@ from ...engine.batching import DeferredOutput
 from ..chunks import finite_audio
 from .codec import DecoderState, decode_together, with_channels
 from .codec_math import CodecMath
+from .host_codec import HostDecoder, HostDecoderState
 from .host_step import HostStep
 from .loop import FrameJob, step
 
@@ -57,12 +58,28 @@ class FrameBatch:
 
 
 class CodecBatch:
-    def __init__(self, codec: MossAudioTokenizer, n_vq: int, numerics: CodecMath):
+    """Decodes on the host (``host_codec``) where that applies, else through
+    MLX; the same numbers either way."""
+
+    def __init__(
+        self,
+        codec: MossAudioTokenizer,
+        n_vq: int,
+        numerics: CodecMath,
+        host: HostDecoder | None = None,
+    ):
         self._codec = codec
         self._n_vq = n_vq
         self._numerics = numerics
+        self._host = host
         self._sample_rate = int(codec.sample_rate)
         self._waiting: list[tuple[DecoderState, list[mx.array], DeferredOutput]] = []
+
+    def state(self, channels: int = 1) -> DecoderState | HostDecoderState:
+        """A new request's place in the decoder."""
+        if self._host is not None:
+            return self._host.state(channels)
+        return DecoderState(self._codec, channels)
 
     def warm_up(self, requests: int) -> None:
         """Decodes a first frame alone and ``requests`` of them together (as
@@ -70,15 +87,24 @@ class CodecBatch:
         the decoder's kernels."""
         frame = mx.zeros((self._n_vq,), dtype=mx.int32)
         for count in sorted({1, requests}):
-            work = [(DecoderState(self._codec), [frame]) for _ in range(count)]
-            mx.eval(decode_together(self._codec, self._n_vq, work, self._numerics))
+            self._decoded([(self.state(), [frame]) for _ in range(count)])
+
+    def _decoded(self, work: list) -> list:
+        """Each request's audio (evaluated), ``[samples, codec channels]``."""
+        if self._host is not None:
+            return self._host.decode_together(work)
+        audio = decode_together(self._codec, self._n_vq, work, self._numerics)
+        mx.eval(audio)
+        return audio
 
     def has_room(self, frames: int) -> bool:
         """Whether a chunk of ``frames`` fits this round's decoding."""
         waiting = sum(len(item[1]) for item in self._waiting)
         return waiting + frames <= FRAMES_PER_ROUND
 
-    def decode(self, state: DecoderState, frames: list[mx.array]) -> DeferredOutput:
+    def decode(
+        self, state: DecoderState | HostDecoderState, frames: list[mx.array]
+    ) -> DeferredOutput:
         """The ``Audio`` of ``frames``, once flushed."""
         chunk = DeferredOutput(self)
         self._waiting.append((state, frames, chunk))
@@ -92,9 +118,7 @@ class CodecBatch:
         self._waiting = []
         for group in _decode_groups(waiting, max_batch):
             try:
-                work = [(state, frames) for state, frames, _ in group]
-                audio = decode_together(self._codec, self._n_vq, work, self._numerics)
-                mx.eval(audio)
+                audio = self._decoded([(state, frames) for state, frames, _ in group])
             except Exception as error:  # noqa: BLE001 - each request's reader gets it
                 for *_, chunk in group:
                     chunk.fail(error)

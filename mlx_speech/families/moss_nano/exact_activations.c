@@ -481,11 +481,22 @@ void rows_product(const float *x, count_t rows, const float *w, const float *bia
                bias ? 1.0f : 0.0f, out, outs);
 }
 
+/* out = x @ w^T for x given by its columns (ins runs of rows floats: MLX's
+ * transposed view of an [ins, rows] array), one sgemm as MLX calls it for
+ * such a view. */
+void columns_product(const float *x, count_t rows, const float *w, float *out, count_t outs,
+                     count_t ins) {
+    blas_sgemm(ROW_MAJOR, TRANS, TRANS, rows, outs, ins, 1.0f, x, rows, w, ins, 0.0f, out, outs);
+}
+
 /* rows queries (heads * dim floats each) over the cache's first start + rows
- * positions; scaled: rows * dim floats, scores: rows * (start + rows). */
+ * positions, query r at position start + r seeing the positions up to its
+ * own and, with a context (0: none), fewer than context before it; scaled:
+ * rows * dim floats, scores: rows * (start + rows). */
 static void attend_rows(const float *q, count_t rows, const float *keys, const float *values,
-                        count_t heads, count_t capacity, count_t start, count_t dim,
-                        float scale, float *scaled, float *scores, float *out, float *gathered) {
+                        count_t heads, count_t capacity, count_t start, count_t context,
+                        count_t dim, float scale, float *scaled, float *scores, float *out,
+                        float *gathered) {
     count_t length = start + rows, width = heads * dim;
     for (count_t h = 0; h < heads; h++) {
         const float *k = keys + h * capacity * dim, *v = values + h * capacity * dim;
@@ -493,9 +504,11 @@ static void attend_rows(const float *q, count_t rows, const float *keys, const f
             for (count_t j = 0; j < dim; j++) scaled[r * dim + j] = scale * q[r * width + h * dim + j];
         blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, length, dim, 1.0f, scaled, dim, k, dim, 0.0f,
                    scores, length);
-        for (count_t r = 0; r < rows; r++)
-            for (count_t j = start + r + 1; j < length; j++)
-                scores[r * length + j] = scores[r * length + j] + -FLT_MAX;
+        for (count_t r = 0; r < rows; r++) {
+            float *row = scores + r * length;
+            for (count_t j = start + r + 1; j < length; j++) row[j] = row[j] + -FLT_MAX;
+            for (count_t j = 0; context && j + context <= start + r; j++) row[j] = row[j] + -FLT_MAX;
+        }
         softmax(scores, scores, rows * length, length); /* two threads when large */
         blas_sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, rows, dim, length, 1.0f, scores, length, v, dim,
                    0.0f, gathered, dim);
@@ -510,15 +523,16 @@ typedef void (*product_fn)(const float *, count_t, const float *, const float *,
 /* One row's queries and keys (the first two thirds of its qkv) rotated
  * (cos, sin: its dim floats each; NULL: no rotation), and its keys and
  * values written into a cache laid out [heads, capacity, dim] at position. */
-static void place_row(const struct block *b, float *qkv, const float *cos, const float *sin,
-                      float *keys, float *values, count_t capacity, count_t position) {
-    count_t width = b->width, dim = width / b->heads;
+static void place_row(count_t width, count_t heads, float *qkv, const float *cos,
+                      const float *sin, float *keys, float *values, count_t capacity,
+                      count_t position) {
+    count_t dim = width / heads;
     float *q = qkv, *k = qkv + width, *v = qkv + 2 * width;
     if (cos) {
-        rotate(q, cos, sin, b->heads, dim);
-        rotate(k, cos, sin, b->heads, dim);
+        rotate(q, cos, sin, heads, dim);
+        rotate(k, cos, sin, heads, dim);
     }
-    for (count_t h = 0; h < b->heads; h++) {
+    for (count_t h = 0; h < heads; h++) {
         count_t at = (h * capacity + position) * dim;
         memcpy(keys + at, k + h * dim, dim * sizeof(float));
         memcpy(values + at, v + h * dim, dim * sizeof(float));
@@ -558,11 +572,11 @@ void block_prompt(const struct block *b, count_t rows, float *x, float *keys, fl
     rows_product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
     for (count_t r = 0; r < rows; r++) {
         float *row = qkv + r * 3 * width;
-        place_row(b, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL, keys, values,
-                  capacity, start + r);
+        place_row(width, b->heads, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL,
+                  keys, values, capacity, start + r);
         memcpy(normed + r * width, row, width * sizeof(float)); /* the queries, packed */
     }
-    attend_rows(normed, rows, keys, values, b->heads, capacity, start, dim, b->scale, scaled,
+    attend_rows(normed, rows, keys, values, b->heads, capacity, start, 0, dim, b->scale, scaled,
                 scores, attended, gathered);
     after_attention(b, rows, x, attended, rows_product, normed, projected, inner, activated,
                     LARGE, 0);
@@ -767,8 +781,8 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
     for (count_t r = 0; r < rows; r++) {
         float *row = qkv + r * 3 * width;
-        place_row(b, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL, keys[r],
-                  values[r], capacities[r], positions[r]);
+        place_row(width, b->heads, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL,
+                  keys[r], values[r], capacities[r], positions[r]);
         (own ? attend_row_own : attend_row)(row, keys[r], values[r], b->heads, capacities[r],
                                             positions[r] + 1, dim, b->scale, scaled, scores,
                                             attended + r * width);
@@ -776,4 +790,72 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     float *projected = normed + rows * width; /* qkv's space, no longer needed */
     after_attention(b, rows, x, attended, product, normed, projected, inner, activated,
                     ROWS_GELU_SPLIT, 1);
+}
+
+/* ---- The codec decoder's transformer layers, outside MLX ----
+ *
+ * A layer of the codec's streaming decoder (mlx-audio's TransformerLayer.step)
+ * over several requests' new steps laid end to end: the products over all
+ * of them at once, one sgemm each as MLX runs them (no biases), and each
+ * request's steps attending over its own history, causally, within the
+ * layer's context; MLX's layer norms, rotation, attention, exact GELU and
+ * layer scales, number for number. */
+
+struct codec_layer {
+    const float *norm1_w, *norm1_b, *in_w, *out_w, *scale1;
+    const float *norm2_w, *norm2_b, *ffn_in_w, *ffn_out_w, *scale2;
+    count_t width, heads, inner, context; /* context 0: unbounded */
+    float eps, scale;
+};
+
+/* x: the steps of requests requests, steps[i] each, end to end (width
+ * floats a step), in place. Request i's history: keys[i] and values[i],
+ * laid out [heads, capacities[i], dim], their first kept[i] positions, with
+ * room for its steps after them; on return kept[i] counts the positions its
+ * next steps can see (its last context - 1). cos and sin: dim floats a step.
+ * work: total * (6 * width + 2 * inner) + longest * (2 * dim + longest span)
+ * floats, with total the steps of all requests, longest the most steps of
+ * one, and longest span the most kept + steps of one. */
+void codec_layer(const struct codec_layer *l, count_t requests, const count_t *steps, float *x,
+                 float *const *keys, float *const *values, const count_t *capacities,
+                 count_t *kept, const float *cos, const float *sin, float *work) {
+    count_t width = l->width, dim = width / l->heads, total = 0, longest = 0;
+    for (count_t i = 0; i < requests; i++) {
+        total += steps[i];
+        longest = steps[i] > longest ? steps[i] : longest;
+    }
+    float *normed = work, *qkv = normed + total * width, *attended = qkv + 3 * total * width;
+    float *inner = attended + total * width, *activated = inner + total * l->inner;
+    float *projected = activated + total * l->inner, *scaled = projected + total * width;
+    float *gathered = scaled + longest * dim, *scores = gathered + longest * dim;
+    layer_norm(x, l->norm1_w, l->norm1_b, l->eps, normed, total * width, width);
+    rows_product(normed, total, l->in_w, NULL, qkv, 3 * width, width);
+    for (count_t i = 0, first = 0; i < requests; first += steps[i], i++) {
+        for (count_t r = 0; r < steps[i]; r++) {
+            float *row = qkv + (first + r) * 3 * width;
+            place_row(width, l->heads, row, cos + (first + r) * dim, sin + (first + r) * dim,
+                      keys[i], values[i], capacities[i], kept[i] + r);
+            memcpy(normed + (first + r) * width, row, width * sizeof(float));
+        }
+        attend_rows(normed + first * width, steps[i], keys[i], values[i], l->heads,
+                    capacities[i], kept[i], l->context, dim, l->scale, scaled, scores,
+                    attended + first * width, gathered);
+        count_t seen = kept[i] + steps[i], keep = l->context ? l->context - 1 : seen;
+        if (seen > keep) {
+            for (count_t h = 0; h < l->heads; h++) {
+                float *k = keys[i] + h * capacities[i] * dim, *v = values[i] + h * capacities[i] * dim;
+                memmove(k, k + (seen - keep) * dim, keep * dim * sizeof(float));
+                memmove(v, v + (seen - keep) * dim, keep * dim * sizeof(float));
+            }
+            seen = keep;
+        }
+        kept[i] = seen;
+    }
+    rows_product(attended, total, l->out_w, NULL, projected, width, width);
+    for (count_t j = 0; j < total * width; j++) x[j] = x[j] + l->scale1[j % width] * projected[j];
+    layer_norm(x, l->norm2_w, l->norm2_b, l->eps, normed, total * width, width);
+    rows_product(normed, total, l->ffn_in_w, NULL, inner, l->inner, width);
+    in_halves(gelu_erf_rows, inner, activated, total * l->inner, 1, LARGE, 0);
+    rows_product(activated, total, l->ffn_out_w, NULL, projected, width, l->inner);
+    for (count_t j = 0; j < total * width; j++) x[j] = x[j] + l->scale2[j % width] * projected[j];
 }

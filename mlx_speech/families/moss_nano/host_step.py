@@ -84,6 +84,7 @@ class _Kernels:
         # i int, b the block struct; the result: v none, n a count
         signatures = {
             "rows_product": "pnpppnn:v",
+            "columns_product": "pnppnn:v",
             "own_product": "pnpppnn:v",
             "layer_norm": "pppfpnn:v",
             "block_rows": "bnpppppppip:v",
@@ -111,6 +112,18 @@ class _Kernels:
         out = np.empty((len(x), outs), dtype=np.float32)
         product = self.own_product if own else self.rows_product
         product(x.ctypes.data, len(x), weight.ctypes.data, None, out.ctypes.data, outs, ins)
+        return out
+
+    def columns(self, columns: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """``columns.T @ weight.T`` for ``columns`` (``[ins, rows]``), one
+        sgemm as MLX runs it on a transposed view."""
+        outs, ins = weight.shape
+        columns = np.ascontiguousarray(columns, dtype=np.float32)
+        out = np.empty((columns.shape[1], outs), dtype=np.float32)
+        rows = columns.shape[1]
+        self.columns_product(
+            columns.ctypes.data, rows, weight.ctypes.data, out.ctypes.data, outs, ins
+        )
         return out
 
     def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:

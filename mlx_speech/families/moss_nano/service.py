@@ -36,9 +36,10 @@ from ..reference_audio import load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
 from .chunk_release import ChunkRelease
-from .codec import DecoderState, encode, samples_per_frame
+from .codec import encode, samples_per_frame
 from .codec_math import CodecMath, codec_math
 from .forward import forward_rows
+from .host_codec import HostDecoder, host_decoder
 from .host_step import HostStep, host_step
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
 from .loop import FrameJob, FrameSampling, embed_rows, warm_up
@@ -92,11 +93,12 @@ class MossNanoService(SpeechService):
         codec_id: str,
         host: HostStep | None,
         numerics: CodecMath,
+        host_codec: HostDecoder | None = None,
     ):
         self._model = model
         self._codec = codec
         self._batch = FrameBatch(model, host)
-        self._decodes = CodecBatch(codec, model.config.n_vq, numerics)
+        self._decodes = CodecBatch(codec, model.config.n_vq, numerics, host_codec)
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
@@ -193,7 +195,7 @@ class MossNanoService(SpeechService):
         if request.reference is not None:
             codes = self._reference_codes(request.reference)
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
-        decoder = DecoderState(self._codec, request.channels)
+        decoder = self._decodes.state(request.channels)
         chunks = ChunkRelease(self._decodes, decoder)
         for segment in request.segments:
             cache, rows = self._prefilled(
@@ -296,7 +298,8 @@ def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoServic
         ) from error
     model.audio_tokenizer = codec
     host = host_step(model)
-    service = MossNanoService(model, codec, _codec_id(codec), host, codec_math())
+    decoder = host_decoder(codec, model.config.n_vq)
+    service = MossNanoService(model, codec, _codec_id(codec), host, codec_math(), decoder)
     warm_up(model, _frame_sampling(DEFAULTS), host, options.max_batch)
     service.warm_up_decodes(options.max_batch)
     service.warm_up_prompt_prefix()

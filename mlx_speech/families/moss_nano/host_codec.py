@@ -1,0 +1,345 @@
+"""The codec decoder's streaming step on host buffers, outside MLX's graph.
+
+``codec.decode_together`` runs the decoder's stages as MLX graphs: a few
+hundred small operations a pass, and a wait for the host at every layer of
+every request (its attention's softmax comes from C). For a stream's first
+chunks, one frame or two, that overhead was most of the decode (one frame:
+12 ms, of which 2 ms are products). Here a pass is the quantizer's lookup in
+MLX (one graph, with the rotation tables), then each transformer layer one
+call into the C library (``codec_layer`` in ``exact_activations.c``) over
+all requests' steps, with each request attending over its own history kept
+in host buffers, and the patch reshapes in numpy. Every number is computed
+as MLX computes it (products through the sgemm MLX calls, MLX's layer norm,
+rotation, attention and exact GELU), and the decoder is checked against
+MLX's bit for bit before it is used (``host_decoder``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import sys
+
+import mlx.core as mx
+import numpy as np
+from mlx_audio.codec import MossAudioTokenizer
+from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
+    Identity,
+    PatchedPretransform,
+    ProjectedTransformer,
+)
+
+from ...blas import mlx_blas
+from .codec import DecoderState, decode_together
+from .codec_math import EXACT
+from .exact_activations import exact_activations
+from .host_step import _COUNT, _POINTER, _host, _Kernels
+
+log = logging.getLogger("mlx_speech.engine")
+
+_LAYER_WEIGHTS = (
+    "norm1_w",
+    "norm1_b",
+    "in_w",
+    "out_w",
+    "scale1",
+    "norm2_w",
+    "norm2_b",
+    "ffn_in_w",
+    "ffn_out_w",
+    "scale2",
+)
+
+
+class _Layer(ctypes.Structure):
+    """``struct codec_layer`` of the C library."""
+
+    _fields_ = [
+        *[(name, _POINTER) for name in _LAYER_WEIGHTS],
+        ("width", _COUNT),
+        ("heads", _COUNT),
+        ("inner", _COUNT),
+        ("context", _COUNT),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+    ]
+
+
+def _layer_struct(layer) -> tuple[_Layer, list[np.ndarray]]:
+    attention = layer.self_attn
+    width = attention.embed_dim
+
+    def scale(module) -> np.ndarray:
+        if isinstance(module, Identity):
+            return np.ones(width, np.float32)  # times 1 changes no number
+        return _host(module.scale)
+
+    views = [
+        _host(layer.norm1.weight),
+        _host(layer.norm1.bias),
+        _host(attention.in_proj.weight),
+        _host(attention.out_proj.weight),
+        scale(layer.layer_scale_1),
+        _host(layer.norm2.weight),
+        _host(layer.norm2.bias),
+        _host(layer.ffn[0].weight),
+        _host(layer.ffn[2].weight),
+        scale(layer.layer_scale_2),
+    ]
+    struct = _Layer(
+        *[view.ctypes.data for view in views],
+        width=width,
+        heads=attention.num_heads,
+        inner=layer.ffn[0].weight.shape[0],
+        context=attention.context or 0,
+        eps=layer.norm1.eps,
+        scale=attention.head_dim**-0.5,
+    )
+    return struct, views
+
+
+class _Stage:
+    """A transformer stage: its projections (``None``: the identity), its
+    layers as C structs, and its rotation's frequencies."""
+
+    def __init__(self, stage: ProjectedTransformer):
+        def projection(module) -> np.ndarray | None:
+            return None if isinstance(module, Identity) else _host(module.weight)
+
+        self.input = projection(stage.input_proj)
+        self.output = projection(stage.output_proj)
+        self.layers = [_layer_struct(layer) for layer in stage.transformer.layers]
+        attention = stage.transformer.layers[0].self_attn
+        self.heads, self.dim = attention.num_heads, attention.head_dim
+        self.context = attention.context or 0
+        exponents = mx.arange(self.dim // 2, dtype=mx.float32)
+        self.frequencies = mx.exp(
+            exponents * (-math.log(attention.max_period) * 2.0 / self.dim)
+        )
+
+
+class _History:
+    """One request's keys and values of one layer, ``[heads, capacity, dim]``,
+    their first ``kept`` positions."""
+
+    def __init__(self, heads: int, dim: int):
+        self.keys = np.zeros((heads, 0, dim), np.float32)
+        self.values = np.zeros((heads, 0, dim), np.float32)
+        self.kept = 0
+
+    def room(self, steps: int, context: int) -> None:
+        """Grow until ``steps`` more positions fit after the kept ones."""
+        needed, capacity = self.kept + steps, self.keys.shape[1]
+        if needed <= capacity:
+            return
+        grown = max(needed, 2 * capacity)
+        if context:
+            grown = min(grown, max(needed, context - 1 + steps))
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = np.zeros((old.shape[0], grown, old.shape[2]), np.float32)
+            new[:, : self.kept] = old[:, : self.kept]
+            setattr(self, name, new)
+
+
+class HostDecoderState:
+    """One request's place in the host decoder: per transformer stage, the
+    position of its next step and each layer's history."""
+
+    def __init__(self, stages: list[_Stage | None], channels: int = 1):
+        self.channels = channels  # of the audio handed out: 1 is a downmix
+        self.offsets = [0 for _ in stages]
+        self.histories = [
+            None
+            if stage is None
+            else [_History(stage.heads, stage.dim) for _ in stage.layers]
+            for stage in stages
+        ]
+
+
+class HostDecoder:
+    """The host side of one codec's decoder."""
+
+    def __init__(self, codec: MossAudioTokenizer, n_vq: int, kernels: _Kernels, library):
+        self._codec = codec
+        self._n_vq = n_vq
+        self._kernels = kernels
+        library.codec_layer.argtypes = [ctypes.POINTER(_Layer), _COUNT, *[_POINTER] * 9]
+        library.codec_layer.restype = None
+        self._layer = library.codec_layer
+        self._stages = [
+            _Stage(stage) if isinstance(stage, ProjectedTransformer) else None
+            for stage in codec.decoder
+        ]
+        self._work = np.empty(0, np.float32)
+
+    def state(self, channels: int = 1) -> HostDecoderState:
+        return HostDecoderState(self._stages, channels)
+
+    def decode_together(
+        self, work: list[tuple[HostDecoderState, list[mx.array]]]
+    ) -> list[np.ndarray]:
+        """Each request's frames (``[n_vq]`` codes each), which follow that
+        request's previous call → per request its audio, float32 ``[samples,
+        codec channels]``. Between stages the steps are columns, ``[channels,
+        steps]``, as in MLX."""
+        lengths = [len(frames) for _, frames in work]
+        hidden, tables = self._lookup(work, lengths)
+        for index, stage in enumerate(self._codec.decoder):
+            if isinstance(stage, PatchedPretransform):
+                hidden = _unpatched(hidden, stage.patch_size)
+                lengths = [length * stage.patch_size for length in lengths]
+            else:
+                states = [state for state, _ in work]
+                hidden = self._stage(index, hidden, lengths, states, tables[index])
+        codec = self._codec
+        if codec.enable_channel_interleave and codec.channels > 1:
+            audio = np.ascontiguousarray(hidden[0]).reshape(-1, codec.channels)
+            lengths = [length // codec.channels for length in lengths]
+        else:
+            audio = np.ascontiguousarray(hidden.T)
+        return np.split(audio, np.cumsum(lengths)[:-1])
+
+    def _lookup(self, work, lengths: list[int]):
+        """The quantizer's output (``[channels, steps]``) and, per transformer
+        stage, the rotation's cos and sin at every step's position, ``[steps,
+        dim]`` each: all in one MLX graph."""
+        codes = mx.stack([frame for _, frames in work for frame in frames])
+        hidden = self._codec.quantizer.decode_codes(
+            codes[:, : self._n_vq].T[:, None, :].astype(mx.int32)
+        )
+        tables: dict[int, tuple[mx.array, mx.array]] = {}
+        steps = lengths
+        for index, stage in enumerate(self._codec.decoder):
+            if isinstance(stage, PatchedPretransform):
+                steps = [count * stage.patch_size for count in steps]
+                continue
+            positions = mx.concatenate(
+                [
+                    mx.arange(state.offsets[index], state.offsets[index] + count)
+                    for (state, _), count in zip(work, steps, strict=True)
+                ]
+            ).astype(mx.float32)
+            phase = positions[:, None] * self._stages[index].frequencies[None, :]
+            tables[index] = (mx.cos(phase), mx.sin(phase))
+        mx.eval(hidden, tables)
+        pairs = {
+            index: tuple(np.repeat(np.asarray(table), 2, axis=1) for table in pair)
+            for index, pair in tables.items()
+        }
+        return np.ascontiguousarray(np.asarray(hidden)[0]), pairs
+
+    def _stage(self, index: int, columns: np.ndarray, lengths, states, table) -> np.ndarray:
+        """A transformer stage over the steps (``columns``: ``[channels,
+        steps]``) → its output as columns."""
+        stage = self._stages[index]
+        if stage.input is None:
+            x = np.ascontiguousarray(columns.T)
+        else:
+            x = self._kernels.columns(columns, stage.input)
+        count = len(states)
+        steps = np.array(lengths, dtype=np.int64)
+        capacities = np.empty(count, dtype=np.int64)
+        kept = np.empty(count, dtype=np.int64)
+        cos, sin = table
+        for depth, (layer, _) in enumerate(stage.layers):
+            histories = [state.histories[index][depth] for state in states]
+            for history, length in zip(histories, lengths, strict=True):
+                history.room(length, stage.context)
+            keys = np.array([history.keys.ctypes.data for history in histories], np.uintp)
+            values = np.array(
+                [history.values.ctypes.data for history in histories], np.uintp
+            )
+            capacities[:] = [history.keys.shape[1] for history in histories]
+            kept[:] = [history.kept for history in histories]
+            self._room(layer, len(x), max(lengths), int((kept + steps).max()))
+            self._layer(
+                ctypes.byref(layer),
+                count,
+                steps.ctypes.data,
+                x.ctypes.data,
+                keys.ctypes.data,
+                values.ctypes.data,
+                capacities.ctypes.data,
+                kept.ctypes.data,
+                cos.ctypes.data,
+                sin.ctypes.data,
+                self._work.ctypes.data,
+            )
+            for history, now in zip(histories, kept.tolist(), strict=True):
+                history.kept = now
+        for state, length in zip(states, lengths, strict=True):
+            state.offsets[index] += length
+        return (x if stage.output is None else self._kernels.products(x, stage.output)).T
+
+    def _room(self, layer: _Layer, total: int, longest: int, span: int) -> None:
+        dim = layer.width // layer.heads
+        needed = total * (6 * layer.width + 2 * layer.inner) + longest * (2 * dim + span)
+        if self._work.size < needed:
+            self._work = np.empty(needed, np.float32)
+
+
+def _unpatched(columns: np.ndarray, patch: int) -> np.ndarray:
+    """``PatchedPretransform.decode`` on columns: ``[channels * patch,
+    steps]`` → ``[channels, steps * patch]``."""
+    width, steps = columns.shape
+    channels = width // patch
+    return columns.reshape(channels, patch, steps).transpose(0, 2, 1).reshape(channels, -1)
+
+
+def host_decoder(codec: MossAudioTokenizer, n_vq: int) -> HostDecoder | None:
+    """The host decoder for ``codec``, or ``None`` where it does not apply
+    (another platform or device, no C library or no checked GELU and
+    softmax from it, weights other than float32, another positional
+    embedding) or where it does not give MLX's numbers."""
+    if sys.platform != "linux" or mx.default_device() != mx.cpu:
+        return None
+    activations, blas = exact_activations(), mlx_blas()
+    if activations is None or blas is None:
+        return None
+    if activations.gelu_erf is None or activations.softmax is None:
+        return None
+    stages = [stage for stage in codec.decoder if isinstance(stage, ProjectedTransformer)]
+    if any(
+        stage.transformer.positional_embedding != "rope"
+        or not layer.self_attn.causal
+        or layer.self_attn.in_proj.weight.dtype != mx.float32
+        for stage in stages
+        for layer in stage.transformer.layers
+    ):
+        return None
+    kernels = _Kernels(activations.library, ctypes.CDLL(blas))
+    decoder = HostDecoder(codec, n_vq, kernels, activations.library)
+    if matches_mlx(decoder, codec, n_vq):
+        return decoder
+    log.warning("the host codec decoder differs from MLX's here; decoding stays in MLX")
+    return None
+
+
+def matches_mlx(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:
+    """Two requests' chunks decoded together, then one alone, on the host and
+    through MLX: the same audio bit for bit."""
+    generator = np.random.default_rng(6)
+    size = codec.quantizer.codebook_size
+
+    def frames(count: int) -> list[mx.array]:
+        return [
+            mx.array(generator.integers(0, size, n_vq).astype(np.int32))
+            for _ in range(count)
+        ]
+
+    ours, theirs = (
+        [decoder.state() for _ in range(2)],
+        [DecoderState(codec) for _ in range(2)],
+    )
+    for chunks in ([3, 1], [2, 0], [1, 4]):
+        due = [(index, frames(count)) for index, count in enumerate(chunks) if count]
+        host = decoder.decode_together([(ours[index], chunk) for index, chunk in due])
+        mlx = decode_together(
+            codec, n_vq, [(theirs[index], chunk) for index, chunk in due], EXACT
+        )
+        for got, expected in zip(host, mlx, strict=True):
+            if not np.array_equal(got, np.asarray(expected), equal_nan=True):
+                return False
+    return True
