@@ -119,6 +119,40 @@ class _Stage:
         )
 
 
+class _Quantizer:
+    """``ResidualLFQ.decode_codes`` with each weight-normalized projection's
+    weight computed once (mlx-audio computes it at every call: most of a
+    one-frame lookup), the same operations otherwise."""
+
+    def __init__(self, quantizer):
+        def projection(convolution) -> tuple[mx.array, mx.array]:
+            weight = convolution._source_layout_weight().transpose(0, 2, 1)
+            return weight, convolution.bias
+
+        self._quantizers = quantizer.quantizers
+        self._lookups = [projection(each.out_proj) for each in quantizer.quantizers]
+        self._output = projection(quantizer.output_proj)
+        self._width = quantizer.rvq_dim
+        mx.eval(self._lookups, self._output)
+
+    def decode(self, codes: mx.array) -> mx.array:
+        """``[quantizers, 1, steps]`` codes → ``[1, channels, steps]``."""
+        total = mx.zeros((codes.shape[1], self._width, codes.shape[2]), dtype=mx.float32)
+        for index, (lookup, projection) in enumerate(
+            zip(self._quantizers[: codes.shape[0]], self._lookups, strict=False)
+        ):
+            vectors = lookup.codebook(codes[index]).transpose(0, 2, 1).astype(mx.float32)
+            total = total + _projected(vectors, projection).astype(mx.float32)
+        return _projected(total, self._output).astype(mx.float32)
+
+
+def _projected(x: mx.array, projection: tuple[mx.array, mx.array]) -> mx.array:
+    """``WNConv1d.__call__`` (``x``: ``[1, channels, steps]``) with its weight
+    already computed."""
+    weight, bias = projection
+    return (mx.conv1d(x.transpose(0, 2, 1), weight) + bias).transpose(0, 2, 1)
+
+
 class _History:
     """One request's keys and values of one layer, ``[heads, capacity, dim]``,
     their first ``kept`` positions."""
@@ -168,6 +202,7 @@ class HostDecoder:
         library.codec_layer.argtypes = [ctypes.POINTER(_Layer), _COUNT, *[_POINTER] * 9]
         library.codec_layer.restype = None
         self._layer = library.codec_layer
+        self._quantizer = _Quantizer(codec.quantizer)
         self._stages = [
             _Stage(stage) if isinstance(stage, ProjectedTransformer) else None
             for stage in codec.decoder
@@ -205,10 +240,8 @@ class HostDecoder:
         """The quantizer's output (``[channels, steps]``) and, per transformer
         stage, the rotation's cos and sin at every step's position, ``[steps,
         dim]`` each: all in one MLX graph."""
-        codes = mx.stack([frame for _, frames in work for frame in frames])
-        hidden = self._codec.quantizer.decode_codes(
-            codes[:, : self._n_vq].T[:, None, :].astype(mx.int32)
-        )
+        codes = mx.stack([frame for _, frames in work for frame in frames])[:, : self._n_vq]
+        hidden = self._quantizer.decode(codes.T[:, None, :].astype(mx.int32))
         tables: dict[int, tuple[mx.array, mx.array]] = {}
         steps = lengths
         for index, stage in enumerate(self._codec.decoder):
