@@ -19,6 +19,9 @@ from .scripts import script_language
 
 __all__ = ["TextNormalizer", "clean_text", "script_language"]
 
+# Latin and CJK beside each other, marks and brackets: every pattern's path
+_WARM_TEXT = "Hello 你好 [link](https://example.com) -- ok... 今天 3 天！！"
+
 
 class TextNormalizer:
     def __init__(self) -> None:
@@ -28,8 +31,16 @@ class TextNormalizer:
         self._seconds = 0.0
 
     def preload(self) -> threading.Thread:
-        """Start loading the grammars on a thread of their own, returned."""
-        return self._grammars.preload()
+        """Start loading the grammars on a thread of their own, returned,
+        which also compiles the robustness pass's patterns (Python compiles
+        a pattern at its first use: 10 ms of a first request's time)."""
+        thread = threading.Thread(target=self._warm, name="mlx-speech-text", daemon=True)
+        thread.start()
+        return thread
+
+    def _warm(self) -> None:
+        clean_text(_WARM_TEXT)
+        self._grammars.load()
 
     def language(self, text: str, language: Any = None) -> str | None:
         """The language the semantic pass reads ``text`` in, ``None`` for

@@ -3,7 +3,8 @@ numbers, money, dates, times, units and symbols read out, for English and
 Chinese.
 
 The grammars load once per process (0.4 s, 45 MB of FSTs), on a background
-thread while the model loads, so the first request does not pay for them.
+thread while the model loads (``TextNormalizer.preload``), so the first
+request does not pay for them.
 Tokens the robustness pass keeps (URLs, e-mail addresses, file names,
 versions, mentions, hashtags) are not given to them. The grammars fail on
 some inputs (an assertion on "#1 hit"); a piece that fails is read again word
@@ -36,15 +37,8 @@ class Grammars:
         self._readers: dict[str, Callable[[str], str]] | None = None
         self.fallbacks = 0  # pieces or words the grammars could not read
 
-    def preload(self) -> threading.Thread:
-        """Load the grammars on a background thread (returned, started)."""
-        thread = threading.Thread(
-            target=self._load, name="mlx-speech-grammars", daemon=True
-        )
-        thread.start()
-        return thread
-
-    def _load(self) -> dict[str, Callable[[str], str]]:
+    def load(self) -> dict[str, Callable[[str], str]]:
+        """The grammars' readers, loaded at the first call."""
         with self._lock:
             if self._readers is None:
                 from wetext import Normalizer
@@ -58,7 +52,7 @@ class Grammars:
     def read(self, text: str, language: str) -> str:
         """``text`` (already through the robustness pass) read out in
         ``language``, one of ``LANGUAGES``."""
-        reader = self._load()[language]
+        reader = self.load()[language]
         prepare, finish = _AROUND[language]
         with self._reading:
             return self._read(text, reader, prepare, finish)
