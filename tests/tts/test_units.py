@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mlx_speech import blas
 from mlx_speech.families.chunk_schedule import ChunkSchedule
 
@@ -28,10 +30,32 @@ def test_fast_blas_re_executes_at_most_once(monkeypatch, tmp_path):
     monkeypatch.setenv("MLX_SPEECH_BLAS_CHECKED", "")  # restored after the test
     monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
     monkeypatch.setenv("LD_PRELOAD", "")
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
     blas.use_fast_blas()
     blas.use_fast_blas()
     assert len(calls) == 1
     assert blas.os.environ["LD_PRELOAD"] == str(library)
+    assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == "20"
+
+
+@pytest.mark.parametrize("timeout, runs", [(None, 1), ("28", 0)])
+def test_fast_blas_bounds_the_spin_of_a_preloaded_openblas(monkeypatch, timeout, runs):
+    """OpenBLAS preloaded by the user: one more run to set its threads' spin,
+    unless the user set it."""
+    calls = []
+    monkeypatch.setattr(blas.sys, "platform", "linux")
+    monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
+    monkeypatch.setenv("MLX_SPEECH_BLAS_CHECKED", "")  # restored after the test
+    monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libopenblas.so.0")
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "")  # restored after the test
+    if timeout is None:
+        monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
+    else:
+        monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", timeout)
+    blas.use_fast_blas()
+    assert len(calls) == runs
+    assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == (timeout or "20")
 
 
 def test_fast_blas_leaves_a_process_alone_when_openblas_is_missing(monkeypatch):
