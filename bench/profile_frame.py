@@ -11,7 +11,9 @@ products the library's own unless ``MLX_SPEECH_EXACT=1``); a sampled step of
 products alone, in the step's order and shapes (12 global layers, 17 local
 positions, 16 codebook heads and the text head: the floor the step cannot go
 under while MLX computes them with ``sgemm``), alone and for ``--batch``
-requests stepped together; and our codec decode per frame in 16-frame chunks.
+requests stepped together; and our codec decode per frame in 16-frame chunks,
+and of one request's first chunk (one frame) and ``--batch`` requests' first
+chunks together, each through MLX and on the host (``host_codec``).
 Prints the best of each and what share of mlx-audio's frame it is. On Linux it
 re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
@@ -106,17 +108,49 @@ def _products_alone_ms(model, rows: int = 1) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _decode_ms_per_frame(codec, n_vq: int, frames) -> float:
+def _decode_ms_per_frame(codec, n_vq: int, frames, host=None) -> float:
+    """Decoding ``frames`` after two chunks of history, through MLX or on
+    the host (``host``: the service's host decoder)."""
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
 
-    state = DecoderState(codec)
+    if host is None:
+        state = DecoderState(codec)
+
+        def decode() -> None:
+            mx.eval(decode_together(codec, n_vq, [(state, frames)]))
+    else:
+        state = host.state()
+
+        def decode() -> None:
+            host.decode_together([(state, frames)])
+
     for _ in range(2):  # some history, as mid-utterance
-        mx.eval(decode_together(codec, n_vq, [(state, frames)]))
+        decode()
     started = time.perf_counter()
-    mx.eval(decode_together(codec, n_vq, [(state, frames)]))
+    decode()
     return (time.perf_counter() - started) / len(frames) * 1000
+
+
+def _first_chunks_ms(codec, n_vq: int, frame, requests: int, host=None) -> float:
+    """Decoding the first chunk (one frame) of ``requests`` new requests
+    together, through MLX or on the host."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+
+    def decode() -> None:
+        if host is None:
+            work = [(DecoderState(codec), [frame]) for _ in range(requests)]
+            mx.eval(decode_together(codec, n_vq, work))
+        else:
+            host.decode_together([(host.state(), [frame]) for _ in range(requests)])
+
+    decode()  # warm
+    started = time.perf_counter()
+    decode()
+    return (time.perf_counter() - started) * 1000
 
 
 def main() -> None:
@@ -132,7 +166,7 @@ def main() -> None:
 
     service = load(Path(args.checkpoint))
     model, codec = service._model, service._codec
-    host = service._batch._host
+    host, decoder = service._batch._host, service._decodes._host
     theirs = load_model(Path(args.checkpoint))
     _their_steady_ms(theirs)  # warm-up
     runs: dict[str, list[float]] = {}
@@ -162,7 +196,18 @@ def main() -> None:
                 _our_step_ms(model, host, greedy=False, jobs=args.batch)[0]
             )
         decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
-        runs.setdefault("our codec decode per frame", []).append(decode_ms)
+        runs.setdefault("our codec decode per frame, through MLX", []).append(decode_ms)
+        if decoder is not None:
+            decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made, decoder)
+            runs.setdefault("our codec decode per frame, on the host", []).append(decode_ms)
+        for requests in (1, args.batch):
+            for place, where in (("through MLX", None), ("on the host", decoder)):
+                if place == "on the host" and decoder is None:
+                    continue
+                name = f"first chunks (1 frame) of {requests}, {place}"
+                runs.setdefault(name, []).append(
+                    _first_chunks_ms(codec, model.config.n_vq, made[0], requests, where)
+                )
     best = {name: min(values) for name, values in runs.items()}
     theirs_ms = best["mlx-audio steady frame"]
     print(f"checkpoint {args.checkpoint}; BLAS {active_blas()}; best of {args.repeats}")
