@@ -7,8 +7,9 @@ text, reference clip and greedy decoding.
 
 Reports steady ms/frame (from two lengths, so prefill and fixed costs cancel),
 time to first audio (new reference, then the same reference again: cached),
-total time, real-time factor, peak MLX memory (each side's resident weights
-and caches plus the most its run held above them), the BLAS and the ratios.
+total time, real-time factor, peak memory (each side's resident weights and
+caches plus the most its run held above them, in MLX's allocator plus numpy's
+host buffers), the BLAS and the ratios.
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
@@ -81,13 +82,23 @@ def _active_mib() -> float:
 def _peak_memory(run, resident_mib: float):
     """→ ``run()``, and its peak memory: what its side keeps resident (both
     models live in this process, so MLX's own peak counts the other's too)
-    plus the most ``run`` held above what was active before it."""
+    plus the most ``run`` held above what was active before it, in MLX's
+    allocator and, added to it, in host buffers (numpy's, traced: the host
+    step's and decoder's caches are there)."""
+    import tracemalloc
+
     import mlx.core as mx
 
     before = mx.get_active_memory()
     mx.reset_peak_memory()
-    result = run()
-    return result, resident_mib + (mx.get_peak_memory() - before) / 2**20
+    tracemalloc.start()
+    try:
+        result = run()
+        host_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    held = mx.get_peak_memory() - before + host_peak
+    return result, resident_mib + held / 2**20
 
 
 def _theirs(model, clip: Path, frames: int) -> tuple[float, object]:
@@ -282,7 +293,7 @@ def _print_table(r: dict) -> None:
         ("total (s)", theirs["total_s"], buffered["total_s"], stream["total_s"]),
         ("real-time factor", theirs["rtf"], buffered["rtf"], stream["rtf"]),
         (
-            "peak MLX memory (MiB)",
+            "peak memory, MLX + host (MiB)",
             theirs["peak_memory_mib"],
             "-",
             stream["peak_memory_mib"],
