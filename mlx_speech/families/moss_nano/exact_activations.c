@@ -582,6 +582,39 @@ void block_prompt(const struct block *b, count_t rows, float *x, float *keys, fl
                     LARGE, 0);
 }
 
+/* One code per row of logits (rows * n floats, changed in place): each row
+ * first takes its request's repetition penalty over the tokens it has seen
+ * (seen[r]: n flags; penalty 1: none; a seen logit below 0 times the
+ * penalty, else divided by it), then its pick: with temperature 0 the first
+ * largest (the first NaN if any, as numpy's argmax), else filtered_draw with
+ * the row's uniform, -1 where that leaves the draw to MLX. work and ranks:
+ * as filtered_draw's for the largest top_k. */
+void pick_rows(float *logits, count_t rows, count_t n, const unsigned char *const *seen,
+               const float *penalties, const float *temperatures, const count_t *top_ks,
+               const int *top_ps, const float *thresholds, const float *uniforms,
+               float *work, struct ranked *ranks, long *codes) {
+    for (count_t r = 0; r < rows; r++) {
+        float *row = logits + r * n, penalty = penalties[r];
+        if (penalty != 1.0f)
+            for (count_t j = 0; j < n; j++)
+                if (seen[r][j]) row[j] = row[j] < 0 ? row[j] * penalty : row[j] / penalty;
+        if (temperatures[r] != 0.0f) {
+            codes[r] = filtered_draw(row, n, temperatures[r], top_ks[r], top_ps[r],
+                                     thresholds[r], uniforms[r], work, ranks);
+            continue;
+        }
+        long best = 0;
+        for (count_t j = 0; j < n; j++) {
+            if (isnan(row[j])) {
+                best = j;
+                break;
+            }
+            if (row[j] > row[best]) best = j;
+        }
+        codes[r] = best;
+    }
+}
+
 /* ---- Products of our own, for sampling requests ----
  *
  * out[r][o] = x[r] . w[o] (+ bias[o]) in an order fixed per row and output:

@@ -89,7 +89,7 @@ class _Kernels:
             "layer_norm": "pppfpnn:v",
             "block_rows": "bnpppppppip:v",
             "block_prompt": "bnpppnnppp:v",
-            "filtered_draw": "pnfniffpp:n",
+            "pick_rows": "pnppppppppppp:v",
         }
         types = {"p": _POINTER, "n": _COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
         types["b"], types["v"] = ctypes.POINTER(_Block), None
@@ -126,31 +126,65 @@ class _Kernels:
         )
         return out
 
-    def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
-        """``sampling._filtered_draw`` of one row, here; MLX's where a tie
-        at the top-k boundary leaves the kept tokens to MLX's partition."""
-        vocab = logits.size
-        top_k = sampler.top_k if 0 < sampler.top_k < vocab else 0
-        if self._draw_work.size < 2 * vocab + top_k + 1:
-            self._draw_work = np.empty(2 * vocab + top_k + 1, dtype=np.float32)
+    def picks(
+        self,
+        logits: np.ndarray,
+        samplers: list[HeadSampler],
+        uniforms: list[float],
+        seen: list[np.ndarray] | None = None,
+        penalties: list[float] | None = None,
+    ) -> np.ndarray:
+        """A token for each row of ``logits`` (``[rows, vocab]``, changed in
+        place), as ``sampling`` picks them: after the repetition penalty
+        over ``seen`` (each row's flags), greedy (temperature 0) or
+        ``_filtered_draw`` with the row's uniform; MLX's draw where a tie at
+        the top-k boundary leaves the kept tokens to MLX's partition."""
+        rows, vocab = logits.shape
+        top_ks = np.array(
+            [sampler.top_k if 0 < sampler.top_k < vocab else 0 for sampler in samplers],
+            dtype=np.int64,
+        )
+        if self._draw_work.size < 2 * vocab + int(top_ks.max()) + 1:
+            self._draw_work = np.empty(2 * vocab + int(top_ks.max()) + 1, dtype=np.float32)
         if self._ranks.size < vocab:
             self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
-        top_p = 0 < sampler.top_p < 1
-        token = self.filtered_draw(
+        flags = seen or [np.zeros(vocab, dtype=np.bool_)] * rows
+        rows_seen = np.array([flag.ctypes.data for flag in flags], dtype=np.uintp)
+        numbers = {
+            "penalties": penalties or [1.0] * rows,
+            "temperatures": [sampler.temperature for sampler in samplers],
+            "thresholds": [1 - sampler.top_p for sampler in samplers],
+            "uniforms": uniforms,
+        }
+        numbers = {name: np.array(values, np.float32) for name, values in numbers.items()}
+        top_ps = np.array([0 < sampler.top_p < 1 for sampler in samplers], dtype=np.int32)
+        codes = np.empty(rows, dtype=np.int64)
+        self.pick_rows(
             logits.ctypes.data,
+            rows,
             vocab,
-            float(sampler.temperature),
-            top_k,
-            int(top_p),
-            1 - sampler.top_p,
-            uniform,
+            rows_seen.ctypes.data,
+            numbers["penalties"].ctypes.data,
+            numbers["temperatures"].ctypes.data,
+            top_ks.ctypes.data,
+            top_ps.ctypes.data,
+            numbers["thresholds"].ctypes.data,
+            numbers["uniforms"].ctypes.data,
             self._draw_work.ctypes.data,
             self._ranks.ctypes.data,
+            codes.ctypes.data,
         )
-        if token >= 0:
-            return token
-        draw = _filtered_draw(mx.array(logits[None]), mx.array([[uniform]]), sampler)
-        return draw.item()
+        for row in np.flatnonzero(codes < 0):
+            draw = _filtered_draw(
+                mx.array(logits[row][None]), mx.array([[uniforms[row]]]), samplers[row]
+            )
+            codes[row] = draw.item()
+        return codes
+
+    def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
+        """``sampling._filtered_draw`` of one row."""
+        row = np.ascontiguousarray(logits, dtype=np.float32)[None]
+        return int(self.picks(row, [sampler], [uniform])[0])
 
     def norm(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
         out = np.empty_like(x)
@@ -352,12 +386,17 @@ class HostStep:
                 previous, [local[index] for index in live], channel + 1, own
             )
             logits = self._kernels.products(out, table, own)
-            for row, index in enumerate(live):
-                job, seen = jobs[index], hosts[index].seen[channel, : len(table)]
-                scores = _penalized(logits[row], seen, job)
-                codes[row, channel] = self._pick(
-                    scores, job.sampling.audio, uniforms[index]
-                )
+            samplers = [jobs[index].sampling.audio for index in live]
+            codes[:, channel] = self._kernels.picks(
+                logits,
+                samplers,
+                [
+                    next(uniforms[index]) if is_random(sampler) else 0.0
+                    for index, sampler in zip(live, samplers, strict=True)
+                ],
+                [hosts[index].seen[channel] for index in live],
+                [jobs[index].sampling.repetition_penalty for index in live],
+            )
             previous = table[codes[:, channel]]
         for row, index in enumerate(live):
             self._finish(jobs[index], hosts[index], codes[row])
@@ -518,14 +557,6 @@ def _draws_match(kernels: _Kernels, generator: np.random.Generator) -> bool:
                 return False
     return True
 
-
-def _penalized(logits: np.ndarray, seen: np.ndarray, job) -> np.ndarray:
-    """``sampling.penalize_repeats`` for one row, the same float32 operations."""
-    penalty = np.float32(job.sampling.repetition_penalty)
-    if penalty == 1.0:
-        return logits
-    scaled = np.where(logits < 0, logits * penalty, logits / penalty)
-    return np.where(seen, scaled, logits)
 
 
 def host_step(model: Model, blas: str | None = None) -> HostStep | None:
