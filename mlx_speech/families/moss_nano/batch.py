@@ -73,7 +73,9 @@ class CodecBatch:
         self._numerics = numerics
         self._host = host
         self._sample_rate = int(codec.sample_rate)
-        self._waiting: list[tuple[DecoderState, list[mx.array], DeferredOutput]] = []
+        self._waiting: list[
+            tuple[DecoderState | HostDecoderState, list[mx.array], DeferredOutput]
+        ] = []
 
     def state(self, channels: int = 1) -> DecoderState | HostDecoderState:
         """A new request's place in the decoder."""

@@ -89,7 +89,7 @@ class _Kernels:
             "layer_norm": "pppfpnn:v",
             "block_rows": "bnpppppppip:v",
             "block_prompt": "bnpppnnppp:v",
-            "pick_rows": "pnppppppppppp:v",
+            "pick_rows": "pnnpppppppppp:v",
         }
         types = {"p": _POINTER, "n": _COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
         types["b"], types["v"] = ctypes.POINTER(_Block), None
