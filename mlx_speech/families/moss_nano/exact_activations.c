@@ -671,35 +671,28 @@ static inline float lanes_total(lanes sums) {
 }
 
 #if defined(__AVX512F__)
-/* The lanes of a and b picked by index (0-15: a's, 16-31: b's). */
-static inline __m512 picked(__m512 a, __m512 b, const int *index) {
-    return _mm512_permutex2var_ps(a, _mm512_loadu_si512(index), b);
-}
-
 /* lanes_total of sixteen sums at once: each step adds, for every sum, the
  * same pairs of partial sums as lanes_total (8 + 8, 4 + 4, 2 + 2, 1 + 1),
- * two sums' halves gathered into one vector, so the numbers are the same. */
+ * two sums' halves gathered into one vector, so the numbers are the same.
+ * At a step of width w, lane l of the result adds the (l % w)-th lanes of
+ * the two halves of part l / w, parts laid end to end over a then b. */
 static void lanes_totals(const lanes *sums, float *totals) {
-    static const int halves[2][16] = {
-        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
-    static const int quarters[2][16] = {
-        {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
-        {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}};
-    static const int pairs[2][16] = {
-        {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
-        {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31}};
-    static const int singles[2][16] = {
-        {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
-        {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}};
-    static const int (*const steps[4])[16] = {halves, quarters, pairs, singles};
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 level[16];
     for (int v = 0; v < 16; v++) level[v] = (__m512)sums[v];
-    for (int step = 0, count = 16; step < 4; step++, count /= 2)
+    for (int shift = 3, count = 16; shift >= 0; shift--, count /= 2) {
+        __m512i width = _mm512_set1_epi32(1 << shift);
+        __m512i part = _mm512_srlv_epi32(lane, _mm512_set1_epi32(shift));
+        __m512i first = _mm512_add_epi32(
+            _mm512_sllv_epi32(part, _mm512_set1_epi32(shift + 1)),
+            _mm512_and_si512(lane, _mm512_sub_epi32(width, _mm512_set1_epi32(1))));
+        __m512i second = _mm512_add_epi32(first, width);
         for (int v = 0; v < count / 2; v++) {
             __m512 a = level[2 * v], b = level[2 * v + 1];
-            level[v] = _mm512_add_ps(picked(a, b, steps[step][0]), picked(a, b, steps[step][1]));
+            level[v] = _mm512_add_ps(_mm512_permutex2var_ps(a, first, b),
+                                     _mm512_permutex2var_ps(a, second, b));
         }
+    }
     _mm512_storeu_ps(totals, level[0]);
 }
 #endif
