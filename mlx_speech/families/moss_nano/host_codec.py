@@ -112,7 +112,6 @@ class _Stage:
         self.layers = [_layer_struct(layer) for layer in stage.transformer.layers]
         attention = stage.transformer.layers[0].self_attn
         self.heads, self.dim = attention.num_heads, attention.head_dim
-        self.context = attention.context or 0
         exponents = mx.arange(self.dim // 2, dtype=mx.float32)
         self.frequencies = mx.exp(
             exponents * (-math.log(attention.max_period) * 2.0 / self.dim)
@@ -279,7 +278,7 @@ class HostDecoder:
         for depth, (layer, _) in enumerate(stage.layers):
             histories = [state.histories[index][depth] for state in states]
             for history, length in zip(histories, lengths, strict=True):
-                history.room(length, stage.context)
+                history.room(length, layer.context)
             keys = np.array([history.keys.ctypes.data for history in histories], np.uintp)
             values = np.array(
                 [history.values.ctypes.data for history in histories], np.uintp
