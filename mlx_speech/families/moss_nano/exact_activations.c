@@ -473,13 +473,18 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
 
 /* out = x @ w.T (+ bias) for rows rows of x: one sgemm, as MLX computes a
  * product of stacked rows (NULL bias: beta 0, as MLX's matmul). */
-void rows_product(const float *x, count_t rows, const float *w, const float *bias,
-                  float *out, count_t outs, count_t ins) {
+void sgemm_product(const float *x, count_t rows, const float *w, const float *bias,
+                   float *out, count_t outs, count_t ins) {
     if (bias)
         for (count_t r = 0; r < rows; r++) memcpy(out + r * outs, bias, outs * sizeof(float));
     blas_sgemm(ROW_MAJOR, NO_TRANS, TRANS, rows, outs, ins, 1.0f, x, ins, w, ins,
                bias ? 1.0f : 0.0f, out, outs);
 }
+
+/* sgemm's numbers for x @ w.T (+ bias), by the fastest way known to give them
+ * (below, with the library's own products). */
+void rows_product(const float *x, count_t rows, const float *w, const float *bias,
+                  float *out, count_t outs, count_t ins);
 
 /* out = x @ w^T for x given by its columns (ins runs of rows floats: MLX's
  * transposed view of an [ins, rows] array), one sgemm as MLX calls it for
@@ -795,6 +800,150 @@ void own_product(const float *x, count_t rows, const float *w, const float *bias
     struct own_work here = whole, there = whole;
     here.last = there.first = outs / 2 / OUT_TILE * OUT_TILE;
     in_parallel(run_own, &here, &there, 1);
+}
+
+/* ---- The BLAS's numbers, each weight read once ----
+ *
+ * For stacked rows, OpenBLAS's sgemm first copies the weights into panels,
+ * which for a few rows costs more than the arithmetic. Its numbers come
+ * from a plain order, though: each output is a chain of fused multiply-adds
+ * over the terms in turn, restarted at every block of terms (CHAIN_BLOCK,
+ * the last two blocks of a run evened out to multiples of CHAIN_ROUNDING),
+ * each chain's result added in turn to the bias or to zero. chained_product
+ * follows that order, its lanes eight rows of one output, reading each
+ * weight once for all rows. It is used (rows_product) only for the shapes
+ * a load check found giving sgemm's numbers, and not where OpenBLAS takes
+ * its small-matrix kernel instead, which adds in another order. */
+
+enum { CHAIN_BLOCK = 320, CHAIN_ROUNDING = 16, CHAIN_LANES = 8, CHAIN_OUTS = 8 };
+
+typedef float eight __attribute__((vector_size(32), aligned(32)));
+
+/* a * b + c for each lane, rounded once. */
+static inline __attribute__((always_inline)) eight fused_by(eight a, float b, eight c) {
+#if defined(__FMA__)
+    return (eight)_mm256_fmadd_ps((__m256)a, _mm256_set1_ps(b), (__m256)c);
+#else
+    eight out;
+    for (int l = 0; l < CHAIN_LANES; l++) out[l] = fmaf(a[l], b, c[l]);
+    return out;
+#endif
+}
+
+/* the length of the block of terms starting with left terms to go. */
+static count_t chain_block(count_t left) {
+    if (left >= 2 * CHAIN_BLOCK) return CHAIN_BLOCK;
+    if (left > CHAIN_BLOCK) return (left / 2 + CHAIN_ROUNDING - 1) / CHAIN_ROUNDING * CHAIN_ROUNDING;
+    return left;
+}
+
+/* outputs o.. o + outs_here of the rows in lanes (xt: a row group's ins
+ * columns of CHAIN_LANES floats), into totals. */
+static inline __attribute__((always_inline)) void chain_tile(
+    const float *xt, const float *w, const float *bias, count_t ins, count_t o, int outs_here,
+    eight *totals) {
+    for (int j = 0; j < outs_here; j++) totals[j] = (eight){0} + (bias ? bias[o + j] : 0.0f);
+    for (count_t start = 0; start < ins;) {
+        count_t length = chain_block(ins - start);
+        eight chains[CHAIN_OUTS];
+        for (int j = 0; j < outs_here; j++) chains[j] = (eight){0};
+        const float *wk = w + o * ins + start;
+        const eight *column = (const eight *)xt + start;
+        for (count_t k = 0; k < length; k++) {
+            eight xs = column[k];
+            for (int j = 0; j < outs_here; j++) chains[j] = fused_by(xs, wk[j * ins + k], chains[j]);
+        }
+        for (int j = 0; j < outs_here; j++) totals[j] = totals[j] + chains[j];
+        start += length;
+    }
+}
+
+struct chain_work {
+    const float *xt, *w, *bias;
+    float *out;
+    count_t rows, outs, ins, first, last;
+};
+
+static void run_chains(const void *argument) {
+    const struct chain_work *p = argument;
+    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES;
+    for (count_t o = p->first; o < p->last; o += CHAIN_OUTS) {
+        int outs_here = p->last - o < CHAIN_OUTS ? (int)(p->last - o) : CHAIN_OUTS;
+        for (count_t g = 0; g < groups; g++) {
+            eight totals[CHAIN_OUTS];
+            const float *xt = p->xt + g * p->ins * CHAIN_LANES;
+            if (outs_here == CHAIN_OUTS)
+                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, totals);
+            else
+                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, totals);
+            count_t rows_here = p->rows - g * CHAIN_LANES;
+            rows_here = rows_here < CHAIN_LANES ? rows_here : CHAIN_LANES;
+            for (int j = 0; j < outs_here; j++)
+                for (count_t r = 0; r < rows_here; r++)
+                    p->out[(g * CHAIN_LANES + r) * p->outs + o + j] = totals[j][r];
+        }
+    }
+}
+
+void chained_product(const float *x, count_t rows, const float *w, const float *bias,
+                     float *out, count_t outs, count_t ins) {
+    count_t groups = (rows + CHAIN_LANES - 1) / CHAIN_LANES;
+    float *xt = aligned_alloc(32, groups * ins * CHAIN_LANES * sizeof(float));
+    if (!xt) {
+        sgemm_product(x, rows, w, bias, out, outs, ins);
+        return;
+    }
+    for (count_t g = 0; g < groups; g++)
+        for (count_t k = 0; k < ins; k++)
+            for (count_t l = 0; l < CHAIN_LANES; l++) {
+                count_t r = g * CHAIN_LANES + l;
+                xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
+            }
+    struct chain_work whole = {xt, w, bias, out, rows, outs, ins, 0, outs};
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * CHAIN_OUTS) {
+        run_chains(&whole);
+    } else {
+        struct chain_work here = whole, there = whole;
+        here.last = there.first = outs / 2 / CHAIN_OUTS * CHAIN_OUTS;
+        in_parallel(run_chains, &here, &there, 1);
+    }
+    free(xt);
+}
+
+/* Weight shapes (outs, ins) whose chained products were found to be sgemm's
+ * for 1 to CHAINED_ROWS rows. */
+enum { CHAINED_ROWS = 16, TRUSTED_SHAPES = 64 };
+static count_t trusted_shapes[TRUSTED_SHAPES][2];
+static int trusted_count;
+
+void trust_chained(count_t outs, count_t ins) {
+    if (trusted_count < TRUSTED_SHAPES) {
+        trusted_shapes[trusted_count][0] = outs;
+        trusted_shapes[trusted_count][1] = ins;
+        __atomic_store_n(&trusted_count, trusted_count + 1, __ATOMIC_RELEASE);
+    }
+}
+
+/* Whether a product of this size would be chained once its shape is
+ * trusted: not where OpenBLAS takes its small-matrix kernel (for this call's
+ * transposes: few enough multiply-adds and outputs). */
+count_t chained_applies(count_t rows, count_t outs, count_t ins) {
+    if (rows > CHAINED_ROWS) return 0;
+    return !((double)rows * outs * ins <= 1e6 && rows * outs <= 1200 && ins >= 32);
+}
+
+static int trusted(count_t outs, count_t ins) {
+    int count = __atomic_load_n(&trusted_count, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < count; i++)
+        if (trusted_shapes[i][0] == outs && trusted_shapes[i][1] == ins) return 1;
+    return 0;
+}
+
+void rows_product(const float *x, count_t rows, const float *w, const float *bias,
+                  float *out, count_t outs, count_t ins) {
+    product_fn product = sgemm_product;
+    if (chained_applies(rows, outs, ins) && trusted(outs, ins)) product = chained_product;
+    product(x, rows, w, bias, out, outs, ins);
 }
 
 /* x . y over n floats in the own product's order. */

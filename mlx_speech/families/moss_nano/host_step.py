@@ -84,6 +84,10 @@ class _Kernels:
         # i int, b the block struct; the result: v none, n a count
         signatures = {
             "rows_product": "pnpppnn:v",
+            "sgemm_product": "pnpppnn:v",
+            "chained_product": "pnpppnn:v",
+            "chained_applies": "nnn:n",
+            "trust_chained": "nn:v",
             "columns_product": "pnppnn:v",
             "own_product": "pnpppnn:v",
             "layer_norm": "pppfpnn:v",
@@ -105,13 +109,20 @@ class _Kernels:
         self._ranks = np.empty(0, dtype=ranked)
 
     def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
-        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): one sgemm as MLX
-        runs it, or the library's own product."""
+        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): sgemm's numbers
+        as MLX runs it, or the library's own product."""
+        return self.through(self.own_product if own else self.rows_product, x, weight)
+
+    @staticmethod
+    def through(product, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+        """``x @ weight.T (+ bias)`` by one of the library's products."""
         outs, ins = weight.shape
         x = np.ascontiguousarray(x, dtype=np.float32)
         out = np.empty((len(x), outs), dtype=np.float32)
-        product = self.own_product if own else self.rows_product
-        product(x.ctypes.data, len(x), weight.ctypes.data, None, out.ctypes.data, outs, ins)
+        added = None if bias is None else bias.ctypes.data
+        product(
+            x.ctypes.data, len(x), weight.ctypes.data, added, out.ctypes.data, outs, ins
+        )
         return out
 
     def columns(self, columns: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -579,10 +590,10 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         for block in blocks
     ):
         return None
-    host = HostStep(
-        model, _Kernels(activations.library, ctypes.CDLL(blas)), not exact_asked()
-    )
+    kernels = _Kernels(activations.library, ctypes.CDLL(blas))
     generator = np.random.default_rng(5)
+    _trust_chained(kernels, _product_shapes(model), generator)
+    host = HostStep(model, kernels, not exact_asked())
     if (
         _matches_mlx(host, model)
         and _draws_match(host._kernels, generator)
@@ -591,6 +602,39 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         return host
     log.warning("the host frame step differs from MLX's here; frames stay in MLX")
     return None
+
+
+def _product_shapes(model: Model) -> set[tuple[int, int]]:
+    """The (outputs, inputs) of the frame step's products of a row each."""
+    blocks = [*model.transformer.h, *model.local_transformer.h]
+    layers = [
+        functools.reduce(getattr, name.split("."), block)
+        for block in blocks
+        for name in _BLOCK_LAYERS
+        if name not in ("ln_1", "ln_2")
+    ]
+    tables = [embedding.weight for embedding in model.audio_embeddings]
+    return {tuple(array.shape) for array in [layer.weight for layer in layers] + tables}
+
+
+def _trust_chained(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
+    """Lets the library chain the products of each of ``shapes`` whose
+    chained numbers are sgemm's here, with a bias and without, for every
+    row count it would chain (at most 16)."""
+    for outs, ins in sorted(shapes):
+        counts = [rows for rows in range(1, 33) if kernels.chained_applies(rows, outs, ins)]
+        x = generator.standard_normal((max(counts, default=0), ins), dtype=np.float32)
+        w = generator.standard_normal((outs, ins), dtype=np.float32)
+        bias = generator.standard_normal(outs, dtype=np.float32)
+        if all(
+            np.array_equal(
+                kernels.through(kernels.chained_product, x[:rows], w, added),
+                kernels.through(kernels.sgemm_product, x[:rows], w, added),
+            )
+            for rows in counts
+            for added in (bias, None)
+        ):
+            kernels.trust_chained(outs, ins)
 
 
 def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> bool:
