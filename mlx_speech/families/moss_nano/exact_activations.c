@@ -808,14 +808,14 @@ void own_product(const float *x, count_t rows, const float *w, const float *bias
  * which for a few rows costs more than the arithmetic. Its numbers come
  * from a plain order, though: each output is a chain of fused multiply-adds
  * over the terms in turn, restarted at every block of terms (CHAIN_BLOCK,
- * the last two blocks of a run evened out to multiples of CHAIN_ROUNDING),
+ * the last two blocks of a run evened out, the first taking the odd term),
  * each chain's result added in turn to the bias or to zero. chained_product
  * follows that order, its lanes eight rows of one output, reading each
  * weight once for all rows. It is used (rows_product) only for the shapes
  * a load check found giving sgemm's numbers, and not where OpenBLAS takes
  * its small-matrix kernel instead, which adds in another order. */
 
-enum { CHAIN_BLOCK = 320, CHAIN_ROUNDING = 16, CHAIN_LANES = 8, CHAIN_OUTS = 8 };
+enum { CHAIN_BLOCK = 320, CHAIN_LANES = 8, CHAIN_OUTS = 8 };
 
 typedef float eight __attribute__((vector_size(32), aligned(32)));
 
@@ -833,7 +833,7 @@ static inline __attribute__((always_inline)) eight fused_by(eight a, float b, ei
 /* the length of the block of terms starting with left terms to go. */
 static count_t chain_block(count_t left) {
     if (left >= 2 * CHAIN_BLOCK) return CHAIN_BLOCK;
-    if (left > CHAIN_BLOCK) return (left / 2 + CHAIN_ROUNDING - 1) / CHAIN_ROUNDING * CHAIN_ROUNDING;
+    if (left > CHAIN_BLOCK) return (left + 1) / 2;
     return left;
 }
 
@@ -858,16 +858,84 @@ static inline __attribute__((always_inline)) void chain_tile(
     }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* the 8 x 8 block at w + k (row j, output j, at w + j * ins) turned so that
+ * to[i] holds term k + i of the 8 outputs. */
+static inline __attribute__((always_inline)) void turned(const float *w, count_t ins, count_t k,
+                                                         __m256 *to) {
+    __m256 r[8], pairs[8], quads[8];
+    for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(w + j * ins + k);
+    for (int j = 0; j < 8; j += 2) {
+        pairs[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+        pairs[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4)
+        for (int h = 0; h < 2; h++) {
+            quads[j + 2 * h] = _mm256_shuffle_ps(pairs[j + h], pairs[j + h + 2], 0x44);
+            quads[j + 2 * h + 1] = _mm256_shuffle_ps(pairs[j + h], pairs[j + h + 2], 0xee);
+        }
+    /* quads[c] (c < 4): column c of rows 0-3 in its low half, column c + 4
+     * in its high half; quads[c + 4] the same of rows 4-7 */
+    for (int c = 0; c < 4; c++) {
+        to[c] = _mm256_permute2f128_ps(quads[c], quads[c + 4], 0x20);
+        to[c + 4] = _mm256_permute2f128_ps(quads[c], quads[c + 4], 0x31);
+    }
+}
+
+/* A lone row's outputs o.. o + 16, in the lanes of two chains: each
+ * output's weights turned eight terms at a time (measured: twice the rate
+ * of the row in the lanes; more outputs at once are slower). */
+static void lone_chains(const float *x, const float *w, const float *bias, float *out,
+                        count_t ins, count_t o) {
+    const float *first = w + o * ins, *second = first + 8 * ins;
+    __m256 totals[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    if (bias) {
+        totals[0] = _mm256_loadu_ps(bias + o);
+        totals[1] = _mm256_loadu_ps(bias + o + 8);
+    }
+    for (count_t start = 0; start < ins;) {
+        count_t end = start + chain_block(ins - start), k = start;
+        __m256 chains[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (; k + 8 <= end; k += 8) {
+            __m256 columns[2][8];
+            turned(first, ins, k, columns[0]);
+            turned(second, ins, k, columns[1]);
+            for (int i = 0; i < 8; i++) {
+                __m256 term = _mm256_set1_ps(x[k + i]);
+                chains[0] = _mm256_fmadd_ps(columns[0][i], term, chains[0]);
+                chains[1] = _mm256_fmadd_ps(columns[1][i], term, chains[1]);
+            }
+        }
+        for (; k < end; k++) {
+            float column[16];
+            for (int j = 0; j < 16; j++) column[j] = first[j * ins + k];
+            __m256 term = _mm256_set1_ps(x[k]);
+            chains[0] = _mm256_fmadd_ps(_mm256_loadu_ps(column), term, chains[0]);
+            chains[1] = _mm256_fmadd_ps(_mm256_loadu_ps(column + 8), term, chains[1]);
+        }
+        totals[0] = _mm256_add_ps(totals[0], chains[0]);
+        totals[1] = _mm256_add_ps(totals[1], chains[1]);
+        start = end;
+    }
+    _mm256_storeu_ps(out + o, totals[0]);
+    _mm256_storeu_ps(out + o + 8, totals[1]);
+}
+#endif
+
 struct chain_work {
-    const float *xt, *w, *bias;
+    const float *xt, *lone, *w, *bias; /* lone: a lone row's x, else NULL */
     float *out;
     count_t rows, outs, ins, first, last;
 };
 
 static void run_chains(const void *argument) {
     const struct chain_work *p = argument;
-    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES;
-    for (count_t o = p->first; o < p->last; o += CHAIN_OUTS) {
+    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES, o = p->first;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (p->lone)
+        for (; o + 16 <= p->last; o += 16) lone_chains(p->lone, p->w, p->bias, p->out, p->ins, o);
+#endif
+    for (; o < p->last; o += CHAIN_OUTS) {
         int outs_here = p->last - o < CHAIN_OUTS ? (int)(p->last - o) : CHAIN_OUTS;
         for (count_t g = 0; g < groups; g++) {
             eight totals[CHAIN_OUTS];
@@ -899,7 +967,8 @@ void chained_product(const float *x, count_t rows, const float *w, const float *
                 count_t r = g * CHAIN_LANES + l;
                 xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
             }
-    struct chain_work whole = {xt, w, bias, out, rows, outs, ins, 0, outs};
+    const float *lone = rows == 1 ? x : NULL;
+    struct chain_work whole = {xt, lone, w, bias, out, rows, outs, ins, 0, outs};
     if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * CHAIN_OUTS) {
         run_chains(&whole);
     } else {
