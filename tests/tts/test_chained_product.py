@@ -37,7 +37,7 @@ _AGAINST_OPENBLAS = f"""
 import ctypes, numpy as np
 from mlx_speech.blas import mlx_blas
 from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_step import _Kernels, _trust_chained
+from mlx_speech.families.moss_nano.host_step import _Kernels, trust_chained_shapes
 kernels = _Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 assert "openblas" in mlx_blas(), mlx_blas()
 generator = np.random.default_rng(3)
@@ -56,7 +56,7 @@ for outs, ins in shapes:
                 assert np.array_equal(ours, theirs), (outs, ins, rows, added is None)
 trusted = []
 kernels.trust_chained = lambda outs, ins: trusted.append((outs, ins))
-_trust_chained(kernels, set(shapes), generator)
+trust_chained_shapes(kernels, set(shapes), generator)
 assert sorted(trusted) == sorted(shapes), trusted
 
 # a BLAS that rounds one output otherwise: its shapes are not trusted
@@ -66,7 +66,7 @@ def nudged(x, rows, w, bias, out, outs, ins):
     first = ctypes.cast(out, ctypes.POINTER(ctypes.c_float))
     first[0] = np.nextafter(np.float32(first[0]), np.float32(np.inf))
 kernels.sgemm_product, trusted = nudged, []
-_trust_chained(kernels, set(shapes), generator)
+trust_chained_shapes(kernels, set(shapes), generator)
 assert trusted == [], trusted
 print(chained)
 """

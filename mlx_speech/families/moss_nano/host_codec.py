@@ -34,7 +34,7 @@ from ...blas import mlx_blas
 from .codec import DecoderState, decode_together
 from .codec_math import EXACT
 from .exact_activations import exact_activations
-from .host_step import _COUNT, _POINTER, _host, _Kernels
+from .host_step import _COUNT, _POINTER, _host, _Kernels, trust_chained_shapes
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -342,11 +342,34 @@ def host_decoder(codec: MossAudioTokenizer, n_vq: int) -> HostDecoder | None:
     ):
         return None
     kernels = _Kernels(activations.library, ctypes.CDLL(blas))
+    trust_chained_shapes(kernels, _product_shapes(stages), np.random.default_rng(6))
     decoder = HostDecoder(codec, n_vq, kernels, activations.library)
     if matches_mlx(decoder, codec, n_vq):
         return decoder
     log.warning("the host codec decoder differs from MLX's here; decoding stays in MLX")
     return None
+
+
+def _product_shapes(stages: list[ProjectedTransformer]) -> set[tuple[int, int]]:
+    """The (outputs, inputs) of the stages' products of rows: each layer's
+    four and the output projections."""
+    weights = [
+        weight
+        for stage in stages
+        for layer in stage.transformer.layers
+        for weight in (
+            layer.self_attn.in_proj.weight,
+            layer.self_attn.out_proj.weight,
+            layer.ffn[0].weight,
+            layer.ffn[2].weight,
+        )
+    ]
+    weights += [
+        stage.output_proj.weight
+        for stage in stages
+        if not isinstance(stage.output_proj, Identity)
+    ]
+    return {tuple(weight.shape) for weight in weights}
 
 
 def matches_mlx(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:

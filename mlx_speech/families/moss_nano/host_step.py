@@ -592,7 +592,7 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         return None
     kernels = _Kernels(activations.library, ctypes.CDLL(blas))
     generator = np.random.default_rng(5)
-    _trust_chained(kernels, _product_shapes(model), generator)
+    trust_chained_shapes(kernels, _product_shapes(model), generator)
     host = HostStep(model, kernels, not exact_asked())
     if (
         _matches_mlx(host, model)
@@ -617,7 +617,7 @@ def _product_shapes(model: Model) -> set[tuple[int, int]]:
     return {tuple(array.shape) for array in [layer.weight for layer in layers] + tables}
 
 
-def _trust_chained(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
+def trust_chained_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
     """Lets the library chain the products of each of ``shapes`` whose
     chained numbers are sgemm's here, with a bias and without, for every
     row count it would chain (at most 16)."""
