@@ -1,6 +1,7 @@
 """The library's chained product: sgemm's numbers (OpenBLAS's, as MLX calls
-it) with each weight read once, used only for the shapes a load check
-trusts."""
+it) with each weight read once, and the lone order: each row's numbers as
+sgemm computes them for that row alone; each used only for the shapes a
+load check trusts."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ _AGAINST_OPENBLAS = f"""
 import ctypes, numpy as np
 from mlx_speech.blas import mlx_blas
 from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_step import _Kernels, trust_chained_shapes
+from mlx_speech.families.moss_nano.host_step import (
+    _Kernels, trust_chained_shapes, trust_lone_shapes
+)
 kernels = _Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 assert "openblas" in mlx_blas(), mlx_blas()
 generator = np.random.default_rng(3)
@@ -54,10 +57,13 @@ for outs, ins in shapes:
                 chained += 1
                 ours = kernels.through(kernels.chained_product, x, w, added)
                 assert np.array_equal(ours, theirs), (outs, ins, rows, added is None)
-trusted = []
+trusted, lone = [], []
 kernels.trust_chained = lambda outs, ins: trusted.append((outs, ins))
+kernels.trust_lone = lambda outs, ins: lone.append((outs, ins))
 trust_chained_shapes(kernels, set(shapes), generator)
+trust_lone_shapes(kernels, set(shapes), generator)
 assert sorted(trusted) == sorted(shapes), trusted
+assert sorted(lone) == sorted(shapes), lone
 
 # a BLAS that rounds one output otherwise: its shapes are not trusted
 honest = kernels.sgemm_product
@@ -65,9 +71,10 @@ def nudged(x, rows, w, bias, out, outs, ins):
     honest(x, rows, w, bias, out, outs, ins)
     first = ctypes.cast(out, ctypes.POINTER(ctypes.c_float))
     first[0] = np.nextafter(np.float32(first[0]), np.float32(np.inf))
-kernels.sgemm_product, trusted = nudged, []
+kernels.sgemm_product, trusted, lone = nudged, [], []
 trust_chained_shapes(kernels, set(shapes), generator)
-assert trusted == [], trusted
+trust_lone_shapes(kernels, set(shapes), generator)
+assert trusted == lone == [], (trusted, lone)
 print(chained)
 """
 
@@ -75,9 +82,11 @@ print(chained)
 @pytest.mark.skipif(OPENBLAS is None, reason="OpenBLAS is not installed")
 def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
     """Every Nano product shape, 1 to 16 rows, with a bias and without (the
-    row counts OpenBLAS takes its small-matrix kernel for are left to it);
-    the load check trusts them all, and none against a BLAS that rounds
-    one output otherwise."""
+    row counts OpenBLAS takes its small-matrix kernel for are left to it).
+    The load checks trust them all, chained as sgemm and in the lone order
+    (each of ten rows together as sgemm computes it alone, the small-matrix
+    kernel's order included), and none against a BLAS that rounds one output
+    otherwise."""
     environment = {**os.environ, "LD_PRELOAD": OPENBLAS, "OPENBLAS_THREAD_TIMEOUT": "20"}
     result = subprocess.run(
         [sys.executable, "-c", _AGAINST_OPENBLAS],

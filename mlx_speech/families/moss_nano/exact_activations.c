@@ -675,6 +675,17 @@ static inline float lanes_total(lanes sums) {
     return v[0];
 }
 
+/* The sums added as OpenBLAS's small-matrix kernel adds them up for an output
+ * among the first of a multiple of four: within each quarter (a + b) + (c +
+ * d), then the quarters the same way. */
+static inline float quarters_total(lanes sums) {
+    float v[LANES], quarters[4];
+    memcpy(v, &sums, sizeof v);
+    for (int q = 0; q < 4; q++)
+        quarters[q] = (v[4 * q] + v[4 * q + 1]) + (v[4 * q + 2] + v[4 * q + 3]);
+    return (quarters[0] + quarters[1]) + (quarters[2] + quarters[3]);
+}
+
 #if defined(__AVX512F__)
 /* lanes_total of sixteen sums at once: each step adds, for every sum, the
  * same pairs of partial sums as lanes_total (8 + 8, 4 + 4, 2 + 2, 1 + 1),
@@ -703,10 +714,11 @@ static void lanes_totals(const lanes *sums, float *totals) {
 #endif
 
 /* outputs o.. o + outs_here of rows r.. r + rows_here: one tile, its sums
- * in registers (both counts are constants where it is inlined). */
+ * in registers (both counts are constants where it is inlined); outputs
+ * before quartered totalled by quarters_total, the others pairwise. */
 static inline __attribute__((always_inline)) void own_tile(
     const float *x, const float *w, const float *bias, float *out, count_t ins, count_t outs,
-    count_t r, count_t o, int rows_here, int outs_here) {
+    count_t quartered, count_t r, count_t o, int rows_here, int outs_here) {
     lanes sums[LONE_OUT_TILE][ROW_TILE];
     for (int j = 0; j < outs_here; j++)
         for (int i = 0; i < rows_here; i++) sums[j][i] = (lanes){0};
@@ -733,7 +745,7 @@ static inline __attribute__((always_inline)) void own_tile(
             }
     }
 #if defined(__AVX512F__)
-    if (outs_here * rows_here == 16) {
+    if (outs_here * rows_here == 16 && o >= quartered) {
         lanes gathered[16];
         float totals[16];
         for (int j = 0; j < outs_here; j++)
@@ -749,7 +761,8 @@ static inline __attribute__((always_inline)) void own_tile(
 #endif
     for (int j = 0; j < outs_here; j++)
         for (int i = 0; i < rows_here; i++) {
-            float total = lanes_total(sums[j][i]);
+            lanes row = sums[j][i];
+            float total = o + j < quartered ? quarters_total(row) : lanes_total(row);
             out[(r + i) * outs + o + j] = bias ? total + bias[o + j] : total;
         }
 }
@@ -757,21 +770,22 @@ static inline __attribute__((always_inline)) void own_tile(
 #define OWN_TILES(outs_here)                                                            \
     for (count_t r = 0; r < rows; r += ROW_TILE) {                                      \
         switch (rows - r < ROW_TILE ? rows - r : ROW_TILE) {                            \
-        case 1: own_tile(x, w, bias, out, ins, outs, r, o, 1, outs_here); break;        \
-        case 2: own_tile(x, w, bias, out, ins, outs, r, o, 2, outs_here); break;        \
-        case 3: own_tile(x, w, bias, out, ins, outs, r, o, 3, outs_here); break;        \
-        default: own_tile(x, w, bias, out, ins, outs, r, o, 4, outs_here); break;       \
+        case 1: own_tile(x, w, bias, out, ins, outs, quartered, r, o, 1, outs_here); break; \
+        case 2: own_tile(x, w, bias, out, ins, outs, quartered, r, o, 2, outs_here); break; \
+        case 3: own_tile(x, w, bias, out, ins, outs, quartered, r, o, 3, outs_here); break; \
+        default: own_tile(x, w, bias, out, ins, outs, quartered, r, o, 4, outs_here); break; \
         }                                                                               \
     }
 
 /* outputs [first, last) of every row (a lone row takes twice the outputs
  * per tile, to keep as many loads in flight). */
 static void own_outputs(const float *x, count_t rows, const float *w, const float *bias,
-                        float *out, count_t outs, count_t ins, count_t first, count_t last) {
+                        float *out, count_t outs, count_t ins, count_t quartered, count_t first,
+                        count_t last) {
     count_t o = first;
     if (rows == 1)
         for (; o + LONE_OUT_TILE <= last; o += LONE_OUT_TILE)
-            own_tile(x, w, bias, out, ins, outs, 0, o, 1, LONE_OUT_TILE);
+            own_tile(x, w, bias, out, ins, outs, quartered, 0, o, 1, LONE_OUT_TILE);
     for (; o + OUT_TILE <= last; o += OUT_TILE) OWN_TILES(OUT_TILE)
     for (; o < last; o++) OWN_TILES(1)
 }
@@ -782,17 +796,18 @@ static void own_outputs(const float *x, count_t rows, const float *w, const floa
 struct own_work {
     const float *x, *w, *bias;
     float *out;
-    count_t rows, outs, ins, first, last;
+    count_t rows, outs, ins, quartered, first, last;
 };
 
 static void run_own(const void *argument) {
     const struct own_work *p = argument;
-    own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->first, p->last);
+    own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->quartered, p->first,
+                p->last);
 }
 
-void own_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
-                 count_t outs, count_t ins) {
-    struct own_work whole = {x, w, bias, out, rows, outs, ins, 0, outs};
+static void sixteen_sums_product(const float *x, count_t rows, const float *w, const float *bias,
+                                 float *out, count_t outs, count_t ins, count_t quartered) {
+    struct own_work whole = {x, w, bias, out, rows, outs, ins, quartered, 0, outs};
     if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUT_TILE) {
         run_own(&whole);
         return;
@@ -800,6 +815,19 @@ void own_product(const float *x, count_t rows, const float *w, const float *bias
     struct own_work here = whole, there = whole;
     here.last = there.first = outs / 2 / OUT_TILE * OUT_TILE;
     in_parallel(run_own, &here, &there, 1);
+}
+
+void own_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
+                 count_t outs, count_t ins) {
+    sixteen_sums_product(x, rows, w, bias, out, outs, ins, 0);
+}
+
+/* Each row as OpenBLAS's small-matrix kernel adds up a lone row's outputs:
+ * the own product's sixteen running sums, totalled by quarters for the
+ * first outs / 4 * 4 outputs and pairwise for the others. */
+void small_order_product(const float *x, count_t rows, const float *w, const float *bias,
+                         float *out, count_t outs, count_t ins) {
+    sixteen_sums_product(x, rows, w, bias, out, outs, ins, outs / 4 * 4);
 }
 
 /* ---- The BLAS's numbers, each weight read once ----
@@ -979,39 +1007,76 @@ void chained_product(const float *x, count_t rows, const float *w, const float *
     free(xt);
 }
 
-/* Weight shapes (outs, ins) whose chained products were found to be sgemm's
- * for 1 to CHAINED_ROWS rows. */
-enum { CHAINED_ROWS = 16, TRUSTED_SHAPES = 64 };
-static count_t trusted_shapes[TRUSTED_SHAPES][2];
+/* Weight shapes (outs, ins) a load check found (AS_SGEMM) chained products
+ * of 1 to CHAINED_ROWS rows giving sgemm's numbers, where chained_applies,
+ * or (LONE) lone_product giving sgemm's numbers for one row. Only the
+ * worker thread adds shapes. */
+enum { CHAINED_ROWS = 16, TRUSTED_SHAPES = 64, AS_SGEMM = 1, LONE = 2 };
+static struct {
+    count_t outs, ins;
+    int ways;
+} trusted_shapes[TRUSTED_SHAPES];
 static int trusted_count;
 
-void trust_chained(count_t outs, count_t ins) {
-    if (trusted_count < TRUSTED_SHAPES) {
-        trusted_shapes[trusted_count][0] = outs;
-        trusted_shapes[trusted_count][1] = ins;
-        __atomic_store_n(&trusted_count, trusted_count + 1, __ATOMIC_RELEASE);
+static int trusted(count_t outs, count_t ins, int way) {
+    int count = __atomic_load_n(&trusted_count, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < count; i++)
+        if (trusted_shapes[i].outs == outs && trusted_shapes[i].ins == ins)
+            return (__atomic_load_n(&trusted_shapes[i].ways, __ATOMIC_ACQUIRE) & way) != 0;
+    return 0;
+}
+
+static void trust(count_t outs, count_t ins, int way) {
+    int count = __atomic_load_n(&trusted_count, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < count; i++)
+        if (trusted_shapes[i].outs == outs && trusted_shapes[i].ins == ins) {
+            __atomic_or_fetch(&trusted_shapes[i].ways, way, __ATOMIC_RELEASE);
+            return;
+        }
+    if (count < TRUSTED_SHAPES) {
+        trusted_shapes[count].outs = outs;
+        trusted_shapes[count].ins = ins;
+        trusted_shapes[count].ways = way;
+        __atomic_store_n(&trusted_count, count + 1, __ATOMIC_RELEASE);
     }
 }
 
-/* Whether a product of this size would be chained once its shape is
- * trusted: not where OpenBLAS takes its small-matrix kernel (for this call's
- * transposes: few enough multiply-adds and outputs). */
-count_t chained_applies(count_t rows, count_t outs, count_t ins) {
-    if (rows > CHAINED_ROWS) return 0;
-    return !((double)rows * outs * ins <= 1e6 && rows * outs <= 1200 && ins >= 32);
+void trust_chained(count_t outs, count_t ins) { trust(outs, ins, AS_SGEMM); }
+void trust_lone(count_t outs, count_t ins) { trust(outs, ins, LONE); }
+
+/* Where OpenBLAS takes its small-matrix kernel for this call's transposes:
+ * few enough multiply-adds and outputs. */
+static int small_kernel_takes(count_t rows, count_t outs, count_t ins) {
+    return (double)rows * outs * ins <= 1e6 && rows * outs <= 1200 && ins >= 32;
 }
 
-static int trusted(count_t outs, count_t ins) {
-    int count = __atomic_load_n(&trusted_count, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < count; i++)
-        if (trusted_shapes[i][0] == outs && trusted_shapes[i][1] == ins) return 1;
-    return 0;
+/* Whether a product of this size would be chained once its shape is
+ * trusted AS_SGEMM. */
+count_t chained_applies(count_t rows, count_t outs, count_t ins) {
+    return rows <= CHAINED_ROWS && !small_kernel_takes(rows, outs, ins);
 }
 
 void rows_product(const float *x, count_t rows, const float *w, const float *bias,
                   float *out, count_t outs, count_t ins) {
     product_fn product = sgemm_product;
-    if (chained_applies(rows, outs, ins) && trusted(outs, ins)) product = chained_product;
+    if (chained_applies(rows, outs, ins) && trusted(outs, ins, AS_SGEMM)) product = chained_product;
+    product(x, rows, w, bias, out, outs, ins);
+}
+
+/* Each row's numbers in the order OpenBLAS takes for one row alone, the
+ * small-matrix kernel's or the chains, whatever rows share the call. */
+void lone_order_product(const float *x, count_t rows, const float *w, const float *bias,
+                        float *out, count_t outs, count_t ins) {
+    product_fn product = small_kernel_takes(1, outs, ins) ? small_order_product : chained_product;
+    product(x, rows, w, bias, out, outs, ins);
+}
+
+/* Each row's numbers as sgemm computes them for that row alone (as
+ * mlx-audio computes a lone request's frame) where the shape is trusted
+ * LONE; rows_product otherwise. */
+void lone_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
+                  count_t outs, count_t ins) {
+    product_fn product = trusted(outs, ins, LONE) ? lone_order_product : rows_product;
     product(x, rows, w, bias, out, outs, ins);
 }
 
@@ -1065,7 +1130,7 @@ enum { ROWS_GELU_SPLIT = 4096 };
 void block_rows(const struct block *b, count_t rows, float *x, float *const *keys,
                 float *const *values, const count_t *capacities, const count_t *positions,
                 const float *cos, const float *sin, int own, float *work) {
-    product_fn product = own ? own_product : rows_product;
+    product_fn product = own ? own_product : lone_product;
     count_t width = b->width, dim = width / b->heads, inner_width = b->inner;
     float *normed = work, *qkv = normed + rows * width, *attended = qkv + 3 * rows * width;
     float *inner = attended + rows * width, *activated = inner + rows * inner_width;

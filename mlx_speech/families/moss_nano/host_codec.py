@@ -303,7 +303,9 @@ class HostDecoder:
                 history.kept = now
         for state, length in zip(states, lengths, strict=True):
             state.offsets[index] += length
-        return (x if stage.output is None else self._kernels.products(x, stage.output)).T
+        if stage.output is None:
+            return x.T
+        return self._kernels.through(self._kernels.rows_product, x, stage.output).T
 
     def _room(self, layer: _Layer, total: int, longest: int, span: int) -> None:
         dim = layer.width // layer.heads

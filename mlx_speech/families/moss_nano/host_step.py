@@ -88,6 +88,9 @@ class _Kernels:
             "chained_product": "pnpppnn:v",
             "chained_applies": "nnn:n",
             "trust_chained": "nn:v",
+            "lone_product": "pnpppnn:v",
+            "lone_order_product": "pnpppnn:v",
+            "trust_lone": "nn:v",
             "columns_product": "pnppnn:v",
             "own_product": "pnpppnn:v",
             "layer_norm": "pppfpnn:v",
@@ -109,9 +112,9 @@ class _Kernels:
         self._ranks = np.empty(0, dtype=ranked)
 
     def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
-        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): sgemm's numbers
-        as MLX runs it, or the library's own product."""
-        return self.through(self.own_product if own else self.rows_product, x, weight)
+        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): each row's
+        numbers MLX's for that row alone, or the library's own product."""
+        return self.through(self.own_product if own else self.lone_product, x, weight)
 
     @staticmethod
     def through(product, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
@@ -569,7 +572,6 @@ def _draws_match(kernels: _Kernels, generator: np.random.Generator) -> bool:
     return True
 
 
-
 def host_step(model: Model, blas: str | None = None) -> HostStep | None:
     """The host step for ``model`` with the BLAS library at ``blas`` (by
     default the one MLX runs on), or ``None`` where it does not apply
@@ -592,7 +594,7 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         return None
     kernels = _Kernels(activations.library, ctypes.CDLL(blas))
     generator = np.random.default_rng(5)
-    trust_chained_shapes(kernels, _product_shapes(model), generator)
+    trust_lone_shapes(kernels, _product_shapes(model), generator)
     host = HostStep(model, kernels, not exact_asked())
     if (
         _matches_mlx(host, model)
@@ -614,7 +616,8 @@ def _product_shapes(model: Model) -> set[tuple[int, int]]:
         if name not in ("ln_1", "ln_2")
     ]
     tables = [embedding.weight for embedding in model.audio_embeddings]
-    return {tuple(array.shape) for array in [layer.weight for layer in layers] + tables}
+    shapes = {tuple(array.shape) for array in [layer.weight for layer in layers] + tables}
+    return shapes | {(2, model.config.hidden_size)}  # the text head: slot or end
 
 
 def trust_chained_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
@@ -635,6 +638,26 @@ def trust_chained_shapes(kernels: _Kernels, shapes, generator: np.random.Generat
             for added in (bias, None)
         ):
             kernels.trust_chained(outs, ins)
+
+
+def trust_lone_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
+    """Lets the frame step's products of each of ``shapes`` (outs, ins) take
+    the library's lone order where it gives sgemm's numbers for a row alone
+    here: ten rows together, each against sgemm of that row, with a bias
+    and without."""
+    for outs, ins in sorted(shapes):
+        x = generator.standard_normal((10, ins), dtype=np.float32)
+        w = generator.standard_normal((outs, ins), dtype=np.float32)
+        bias = generator.standard_normal(outs, dtype=np.float32)
+        if all(
+            np.array_equal(
+                kernels.through(kernels.lone_order_product, x, w, added)[row],
+                kernels.through(kernels.sgemm_product, x[row : row + 1], w, added)[0],
+            )
+            for added in (bias, None)
+            for row in range(len(x))
+        ):
+            kernels.trust_lone(outs, ins)
 
 
 def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> bool:
@@ -658,12 +681,13 @@ def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> boo
 
 
 def _matches_mlx(host: HostStep, model: Model) -> bool:
-    """The host step with sgemm against MLX's frame step on random rows, bit
-    for bit: a two-row prompt after a three-row prefix and a row after them;
-    three jobs' rows together, each after a prefix of its own; three local
-    positions for one row and for three; both heads for one row and three.
-    And the three jobs' rows with the library's own products and attention,
-    within float32's rounding of MLX's."""
+    """The host step with MLX's numbers against MLX's frame step on random
+    rows, bit for bit: a two-row prompt after a three-row prefix and a row
+    after them; three jobs' rows together, each after a prefix of its own,
+    against each job's alone; three local positions for one row and for
+    three, against each row's alone; both heads the same way. And the three
+    jobs' rows with the library's own products and attention, within
+    float32's rounding of MLX's."""
     generator = np.random.default_rng(4)
     heads, dim, width = host._global.heads, host._global.dim, host._global.width
 
@@ -692,23 +716,29 @@ def _matches_mlx(host: HostStep, model: Model) -> bool:
     for job, own_job, part in zip(jobs, own_jobs, parts, strict=True):
         job.rows = own_job.rows = np.array(part[0])
     ours, own = host._global_rows(list(jobs)), host._global_rows(own_jobs, own=True)
-    theirs = np.array(forward_rows(model.transformer, parts, caches))
+    theirs = np.concatenate(
+        [
+            np.array(forward_rows(model.transformer, [part], [cache]))
+            for part, cache in zip(parts, caches, strict=True)
+        ]
+    )
     pairs.append((ours, theirs))
     if not np.all(np.abs(own - theirs) <= 1e-4 * np.abs(theirs).max()):
         return False
     for count in (1, 3):
-        local_rows, local = rows(3 * count), LocalPass(model.local_transformer, positions=3)
+        local_rows = rows(3 * count)
+        locals_ = [LocalPass(model.local_transformer, positions=3) for _ in range(count)]
         host_caches = [host._local_caches() for _ in range(count)]
         for position in range(3):
             part = local_rows[0, position * count : (position + 1) * count]
             ours = host._local_rows(np.array(part), host_caches, position, own=False)
-            pairs.append((ours, local(part)))
+            alone = [local(part[row : row + 1]) for row, local in enumerate(locals_)]
+            pairs.append((ours, mx.concatenate(alone)))
         for table in (host._audio[0], host._text_head):
-            # a row array as the step's are (an expanded axis would make MLX
+            # row arrays as the step's are (an expanded axis would make MLX
             # call sgemm with the row "transposed", which rounds otherwise)
-            pairs.append(
-                (host._kernels.products(ours, table), mx.array(ours) @ mx.array(table).T)
-            )
+            alone = [mx.array(row[None]) @ mx.array(table).T for row in ours]
+            pairs.append((host._kernels.products(ours, table), mx.concatenate(alone)))
     return all(
         np.array_equal(np.reshape(ours, -1), np.array(theirs).reshape(-1))
         for ours, theirs in pairs
