@@ -6,8 +6,9 @@ Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
 ``generate()`` of 60 frames minus 20, over 40); our frame step (one request
 after 24 frames) greedy and sampled (the default), each through MLX (as
 without the host step) and on the host (``host_step``; a sampled one's
-products the library's own unless ``MLX_SPEECH_EXACT=1``); a sampled step of
-``--batch`` requests together, through MLX and on the host; MLX's matrix
+products the library's own unless ``MLX_SPEECH_EXACT=1``); a greedy step of
+``--batch`` requests together on the host; a sampled step of ``--batch``
+requests together, through MLX and on the host; MLX's matrix
 products alone, in the step's order and shapes (12 global layers, 17 local
 positions, 16 codebook heads and the text head: the floor the step cannot go
 under while MLX computes them with ``sgemm``), alone and for ``--batch``
@@ -177,6 +178,10 @@ def main() -> None:
         if host is not None:
             host_ms = _our_step_ms(model, host)[0]
             runs.setdefault("our greedy step, alone on the host", []).append(host_ms)
+            greedy_together = f"our greedy step, {args.batch} together, on the host"
+            runs.setdefault(greedy_together, []).append(
+                _our_step_ms(model, host, jobs=args.batch)[0]
+            )
         products_ms = _products_alone_ms(model)
         runs.setdefault("  MLX's matrix products alone", []).append(products_ms)
         batch_ms = _products_alone_ms(model, args.batch)

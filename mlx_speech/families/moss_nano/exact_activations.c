@@ -12,8 +12,9 @@
  * using them.
  *
  * On these, the frame step on the host (host_step.py) builds its blocks,
- * heads' draws and, for sampling requests, products of the library's own
- * (sections below). */
+ * heads' draws, products in OpenBLAS's order that read each weight once
+ * (for greedy requests, and the codec decoder's) and, for sampling
+ * requests, products of the library's own (sections below). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif

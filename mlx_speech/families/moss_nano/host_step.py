@@ -11,19 +11,22 @@ come from MLX (the requests' keys are MLX's), all in one graph. A request's
 prompt runs on its own, all its rows through each product in one sgemm.
 
 Requests stepped together have their rows stacked in each product, in one of
-two kinds. Greedy requests, and every request in the reference mode
-(``MLX_SPEECH_EXACT=1``), take ``sgemm`` of the BLAS library MLX itself
-calls, called as MLX calls it: MLX's numbers, so their codes are
-mlx-audio's bit for bit. Sampling requests take the library's own product,
-which reads each weight once for all rows (OpenBLAS's sgemm first copies the
-weights) and adds up each row in a fixed order of its own, whatever rows
-share it: their numbers differ from MLX's in the last bits (the codes almost
-never: ``bench/check_fast_products.py`` counts how often), but never with
-company.
+two kinds, each reading every weight once for all rows (OpenBLAS's sgemm
+first copies the weights). Greedy requests, and every request in the
+reference mode (``MLX_SPEECH_EXACT=1``), take the library's lone order: each
+row's numbers those of ``sgemm`` of the BLAS library MLX itself calls for
+that row alone, as mlx-audio computes a lone request, so their codes are
+mlx-audio's bit for bit whatever rows share the step. Sampling requests take
+the library's own product, which adds up each row in a fixed order of its
+own, whatever rows share it: their numbers differ from MLX's in the last
+bits (the codes almost never: ``bench/check_fast_products.py`` counts how
+often), but never with company.
 
-Before use, the host step is compared bit for bit with MLX's on this
-machine's BLAS, and the own product with float64 sums (``host_step``); any
-difference and frames stay in MLX.
+Before use, each product shape's lone order is compared bit for bit with
+``sgemm`` of each row alone (a shape that differs takes ``sgemm`` over the
+stacked rows), the host step with MLX's on this machine's BLAS, and the own
+product with float64 sums (``host_step``); any difference and frames stay in
+MLX.
 """
 
 from __future__ import annotations
