@@ -6,7 +6,8 @@ Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
 ``generate()`` of 60 frames minus 20, over 40); our frame step (one request
 after 24 frames) greedy and sampled (the default), each through MLX (as
 without the host step) and on the host (``host_step``; a sampled one's
-products the library's own unless ``MLX_SPEECH_EXACT=1``); a greedy step of
+products the library's own where the lone order does not hold for every
+product shape and ``MLX_SPEECH_EXACT`` is not set); a greedy step of
 ``--batch`` requests together on the host; a sampled step of ``--batch``
 requests together, through MLX and on the host; MLX's matrix
 products alone, in the step's order and shapes (12 global layers, 17 local

@@ -61,7 +61,7 @@ trusted, lone = [], []
 kernels.trust_chained = lambda outs, ins: trusted.append((outs, ins))
 kernels.trust_lone = lambda outs, ins: lone.append((outs, ins))
 trust_chained_shapes(kernels, set(shapes), generator)
-trust_lone_shapes(kernels, set(shapes), generator)
+assert trust_lone_shapes(kernels, set(shapes), generator)
 assert sorted(trusted) == sorted(shapes), trusted
 assert sorted(lone) == sorted(shapes), lone
 
@@ -73,7 +73,7 @@ def nudged(x, rows, w, bias, out, outs, ins):
     first[0] = np.nextafter(np.float32(first[0]), np.float32(np.inf))
 kernels.sgemm_product, trusted, lone = nudged, [], []
 trust_chained_shapes(kernels, set(shapes), generator)
-trust_lone_shapes(kernels, set(shapes), generator)
+assert not trust_lone_shapes(kernels, set(shapes), generator)
 assert trusted == lone == [], (trusted, lone)
 print(chained)
 """

@@ -193,9 +193,35 @@ def test_jobs_that_stop_beside_others(stopping):
 def test_reference_mode_takes_mlxs_products(model, monkeypatch):
     monkeypatch.setenv("MLX_SPEECH_EXACT", "1")
     exact = host_step(model)
-    assert exact is not None and not exact.fast
+    assert exact is not None and not exact.own_for_sampling
     theirs = _codes(model, None, TEXT_HEAD, SAMPLED, 12)
     assert _codes(model, exact, TEXT_HEAD, SAMPLED, 12) == theirs
+
+
+@pytest.mark.parametrize("everywhere", [True, False], ids=["lone", "own"])
+def test_sampling_takes_mlxs_numbers_where_the_lone_order_holds_everywhere(
+    model, monkeypatch, everywhere
+):
+    """Where every product shape passed the lone order's check (OpenBLAS), a
+    seeded sampled request takes MLX's numbers (its codes MLX's); where any
+    did not, the library's own products."""
+    from mlx_speech.families.moss_nano import host_step as module
+
+    monkeypatch.setattr(module, "trust_lone_shapes", lambda *arguments: everywhere)
+    host = host_step(model)
+    assert host is not None and host.own_for_sampling is not everywhere
+    kinds = []
+    through = HostStep._global_rows
+
+    def recorded(self, hosts, own=False):
+        kinds.append(own)
+        return through(self, hosts, own)
+
+    monkeypatch.setattr(HostStep, "_global_rows", recorded)
+    ours = _codes(model, host, TEXT_HEAD, SAMPLED, 12)
+    assert set(kinds) == {not everywhere}
+    if everywhere:
+        assert ours == _codes(model, None, TEXT_HEAD, SAMPLED, 12)
 
 
 @pytest.mark.parametrize(

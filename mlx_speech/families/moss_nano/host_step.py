@@ -13,14 +13,16 @@ prompt runs on its own, all its rows through each product in one sgemm.
 Requests stepped together have their rows stacked in each product, in one of
 two kinds, each reading every weight once for all rows (OpenBLAS's sgemm
 first copies the weights). Greedy requests, and every request in the
-reference mode (``MLX_SPEECH_EXACT=1``), take the library's lone order: each
-row's numbers those of ``sgemm`` of the BLAS library MLX itself calls for
-that row alone, as mlx-audio computes a lone request, so their codes are
-mlx-audio's bit for bit whatever rows share the step. Sampling requests take
-the library's own product, which adds up each row in a fixed order of its
-own, whatever rows share it: their numbers differ from MLX's in the last
-bits (the codes almost never: ``bench/check_fast_products.py`` counts how
-often), but never with company.
+reference mode (``MLX_SPEECH_EXACT=1``), take MLX's numbers: the library's
+lone order (each row's numbers those of ``sgemm`` of the BLAS library MLX
+itself calls for that row alone, as mlx-audio computes a lone request) for
+each product shape where it gives them, ``sgemm`` over the stacked rows
+elsewhere; their codes are mlx-audio's bit for bit. Sampling requests take
+MLX's numbers too where the lone order holds for every product shape
+(OpenBLAS); elsewhere they take the library's own product, which adds up
+each row in a fixed order of its own, whatever rows share it: their numbers
+differ from MLX's in the last bits (the codes almost never:
+``bench/check_fast_products.py`` counts how often), but never with company.
 
 Before use, each product shape's lone order is compared bit for bit with
 ``sgemm`` of each row alone (a shape that differs takes ``sgemm`` over the
@@ -342,9 +344,9 @@ class HostStep:
     """The host side of one Nano model: its transformers' blocks, heads and
     embedding tables, and the library's checked functions."""
 
-    def __init__(self, model: Model, kernels: _Kernels, fast: bool):
+    def __init__(self, model: Model, kernels: _Kernels, own_for_sampling: bool):
         self._kernels = kernels
-        self.fast = fast
+        self.own_for_sampling = own_for_sampling
         self._global = _Transformer(model.transformer)
         self._local = _Transformer(model.local_transformer)
         config = model.config
@@ -360,9 +362,10 @@ class HostStep:
     def step(self, jobs: list) -> None:
         """One frame for each of ``jobs`` (none of them done), their prompts
         first for those on them (see ``enter_host``). Sampling jobs in the
-        fast mode take the library's own products, the others MLX's; each
-        kind has its rows stacked in every product."""
-        own = [self.fast and not job.sampling.greedy for job in jobs]
+        fast mode take the library's own products where the lone order does
+        not hold for every product shape, the others MLX's; each kind has
+        its rows stacked in every product."""
+        own = [self.own_for_sampling and not job.sampling.greedy for job in jobs]
         for kind in (False, True):
             group = [job for job, takes in zip(jobs, own, strict=True) if takes == kind]
             if group:
@@ -597,8 +600,8 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         return None
     kernels = _Kernels(activations.library, ctypes.CDLL(blas))
     generator = np.random.default_rng(5)
-    trust_lone_shapes(kernels, _product_shapes(model), generator)
-    host = HostStep(model, kernels, not exact_asked())
+    lone_everywhere = trust_lone_shapes(kernels, _product_shapes(model), generator)
+    host = HostStep(model, kernels, not (exact_asked() or lone_everywhere))
     if (
         _matches_mlx(host, model)
         and _draws_match(host._kernels, generator)
@@ -643,11 +646,12 @@ def trust_chained_shapes(kernels: _Kernels, shapes, generator: np.random.Generat
             kernels.trust_chained(outs, ins)
 
 
-def trust_lone_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
+def trust_lone_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> bool:
     """Lets the frame step's products of each of ``shapes`` (outs, ins) take
     the library's lone order where it gives sgemm's numbers for a row alone
-    here: ten rows together, each against sgemm of that row, with a bias
-    and without."""
+    here (ten rows together, each against sgemm of that row, with a bias
+    and without) → whether it does for every shape."""
+    everywhere = True
     for outs, ins in sorted(shapes):
         x = generator.standard_normal((10, ins), dtype=np.float32)
         w = generator.standard_normal((outs, ins), dtype=np.float32)
@@ -661,6 +665,9 @@ def trust_lone_shapes(kernels: _Kernels, shapes, generator: np.random.Generator)
             for row in range(len(x))
         ):
             kernels.trust_lone(outs, ins)
+        else:
+            everywhere = False
+    return everywhere
 
 
 def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> bool:
