@@ -58,8 +58,8 @@ for outs, ins in shapes:
                 ours = kernels.through(kernels.chained_product, x, w, added)
                 assert np.array_equal(ours, theirs), (outs, ins, rows, added is None)
 trusted, lone = [], []
-kernels.trust_chained = lambda outs, ins: trusted.append((outs, ins))
-kernels.trust_lone = lambda outs, ins: lone.append((outs, ins))
+kernels.trust_chained = lambda outs, ins: trusted.append((outs, ins)) or 1
+kernels.trust_lone = lambda outs, ins: lone.append((outs, ins)) or 1
 trust_chained_shapes(kernels, set(shapes), generator)
 assert trust_lone_shapes(kernels, set(shapes), generator)
 assert sorted(trusted) == sorted(shapes), trusted

@@ -1027,23 +1027,24 @@ static int trusted(count_t outs, count_t ins, int way) {
     return 0;
 }
 
-static void trust(count_t outs, count_t ins, int way) {
+/* → whether the shape is now trusted (not once the table is full). */
+static count_t trust(count_t outs, count_t ins, int way) {
     int count = __atomic_load_n(&trusted_count, __ATOMIC_ACQUIRE);
     for (int i = 0; i < count; i++)
         if (trusted_shapes[i].outs == outs && trusted_shapes[i].ins == ins) {
             __atomic_or_fetch(&trusted_shapes[i].ways, way, __ATOMIC_RELEASE);
-            return;
+            return 1;
         }
-    if (count < TRUSTED_SHAPES) {
-        trusted_shapes[count].outs = outs;
-        trusted_shapes[count].ins = ins;
-        trusted_shapes[count].ways = way;
-        __atomic_store_n(&trusted_count, count + 1, __ATOMIC_RELEASE);
-    }
+    if (count == TRUSTED_SHAPES) return 0;
+    trusted_shapes[count].outs = outs;
+    trusted_shapes[count].ins = ins;
+    trusted_shapes[count].ways = way;
+    __atomic_store_n(&trusted_count, count + 1, __ATOMIC_RELEASE);
+    return 1;
 }
 
-void trust_chained(count_t outs, count_t ins) { trust(outs, ins, AS_SGEMM); }
-void trust_lone(count_t outs, count_t ins) { trust(outs, ins, LONE); }
+count_t trust_chained(count_t outs, count_t ins) { return trust(outs, ins, AS_SGEMM); }
+count_t trust_lone(count_t outs, count_t ins) { return trust(outs, ins, LONE); }
 
 /* Where OpenBLAS takes its small-matrix kernel for this call's transposes:
  * few enough multiply-adds and outputs. */
