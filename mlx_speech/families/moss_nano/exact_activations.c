@@ -839,10 +839,11 @@ void small_order_product(const float *x, count_t rows, const float *w, const flo
  * over the terms in turn, restarted at every block of terms (CHAIN_BLOCK,
  * the last two blocks of a run evened out, the first taking the odd term),
  * each chain's result added in turn to the bias or to zero. chained_product
- * follows that order, its lanes eight rows of one output, reading each
- * weight once for all rows. It is used (rows_product) only for the shapes
- * a load check found giving sgemm's numbers, and not where OpenBLAS takes
- * its small-matrix kernel instead, which adds in another order. */
+ * follows that order, its lanes eight rows of one output (or, for a lone
+ * row, eight outputs), reading each weight once for all rows. It is used
+ * only for the shapes a load check trusts: by rows_product where sgemm
+ * would chain too (not where OpenBLAS takes its small-matrix kernel, which
+ * adds in another order), and by lone_product (below). */
 
 enum { CHAIN_BLOCK = 320, CHAIN_LANES = 8, CHAIN_OUTS = 8 };
 
