@@ -5,7 +5,8 @@
 Each request (English and Chinese sentences, half greedy, half sampled with a
 seed) runs alone twice on the worker: through MLX (every product as mlx-audio
 computes it) and on the host (``host_step``: a greedy request's products
-through sgemm as MLX calls it, so its codes must not change; a sampled one's
+with MLX's numbers, so its codes must not change; a sampled one's too where
+the lone order holds for every product shape, as with OpenBLAS, else
 through the library's own product). It counts the requests whose codes differ,
 the frame where each first differs, and the frames compared. It re-runs itself
 with the system OpenBLAS when one is installed.
