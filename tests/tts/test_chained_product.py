@@ -49,7 +49,7 @@ chained = 0
 for outs, ins in shapes:
     w = generator.standard_normal((outs, ins), dtype=np.float32)
     bias = generator.standard_normal(outs, dtype=np.float32)
-    for rows in range(1, 17):
+    for rows in (*range(1, 17), 38, 64):
         x = generator.standard_normal((rows, ins), dtype=np.float32)
         for added in (bias, None):
             theirs = kernels.through(kernels.sgemm_product, x, w, added)
@@ -63,6 +63,7 @@ kernels.trust_lone = lambda outs, ins: lone.append((outs, ins)) or 1
 trust_chained_shapes(kernels, set(shapes), generator)
 assert trust_lone_shapes(kernels, set(shapes), generator)
 assert sorted(trusted) == sorted(shapes), trusted
+assert kernels.chained_applies(64, 2304, 768) and not kernels.chained_applies(65, 2304, 768)
 assert sorted(lone) == sorted(shapes), lone
 
 # a BLAS that rounds one output otherwise: its shapes are not trusted
@@ -81,9 +82,9 @@ print(chained)
 
 @pytest.mark.skipif(OPENBLAS is None, reason="OpenBLAS is not installed")
 def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
-    """Every Nano product shape, 1 to 16 rows, with a bias and without (the
-    row counts OpenBLAS takes its small-matrix kernel for are left to it).
-    The load checks trust them all, chained as sgemm and in the lone order
+    """Every Nano product shape, 1 to 16, 38 and 64 rows (a prompt's), with a
+    bias and without (the row counts OpenBLAS takes its small-matrix kernel
+    for are left to it). The load checks trust them all, chained as sgemm and in the lone order
     (each of ten rows together as sgemm computes it alone, the small-matrix
     kernel's order included), and none against a BLAS that rounds one output
     otherwise."""
@@ -96,4 +97,4 @@ def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
         env=environment,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert int(result.stdout) > 200  # most of the 7 * 16 * 2 products
+    assert int(result.stdout) > 200  # most of the 7 * 18 * 2 products

@@ -600,7 +600,9 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         return None
     kernels = _Kernels(activations.library, ctypes.CDLL(blas))
     generator = np.random.default_rng(5)
-    lone_everywhere = trust_lone_shapes(kernels, _product_shapes(model), generator)
+    shapes = _product_shapes(model)
+    trust_chained_shapes(kernels, shapes, generator)  # a prompt's products
+    lone_everywhere = trust_lone_shapes(kernels, shapes, generator)
     host = HostStep(model, kernels, not (exact_asked() or lone_everywhere))
     if (
         _matches_mlx(host, model)
@@ -626,12 +628,20 @@ def _product_shapes(model: Model) -> set[tuple[int, int]]:
     return shapes | {(2, model.config.hidden_size)}  # the text head: slot or end
 
 
+# Row counts the chained product is checked at: each to 16 (every remainder
+# of the library's groups of eight and of OpenBLAS's tiles), then a spread
+# to the library's bound, 64 rows.
+_CHAIN_CHECKED_ROWS = (*range(1, 17), 17, 23, 32, 38, 45, 64)
+
+
 def trust_chained_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
     """Lets the library chain the products of each of ``shapes`` whose
-    chained numbers are sgemm's here, with a bias and without, for every
-    row count it would chain (at most 16)."""
+    chained numbers are sgemm's here, with a bias and without, at the row
+    counts it is checked at (``_CHAIN_CHECKED_ROWS``) that it would chain."""
     for outs, ins in sorted(shapes):
-        counts = [rows for rows in range(1, 33) if kernels.chained_applies(rows, outs, ins)]
+        counts = [
+            rows for rows in _CHAIN_CHECKED_ROWS if kernels.chained_applies(rows, outs, ins)
+        ]
         x = generator.standard_normal((max(counts, default=0), ins), dtype=np.float32)
         w = generator.standard_normal((outs, ins), dtype=np.float32)
         bias = generator.standard_normal(outs, dtype=np.float32)
