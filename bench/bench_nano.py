@@ -210,8 +210,8 @@ def main() -> None:
             "MLX"
             if host is None
             else "host, own products when sampling"
-            if host.fast
-            else "host, sgemm"
+            if host.own_for_sampling
+            else "host, MLX's numbers"
         ),
         "frames": frames,
         "repeats": args.repeats,
