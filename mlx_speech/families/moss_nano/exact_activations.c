@@ -467,10 +467,11 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
 /* ---- A prompt's rows through a block, outside MLX ----
  *
  * The rows of one request's prompt at positions start.. (its cache holds
- * the positions before), as MLX computes them: each product one sgemm over
- * all rows (the bias first copied to every row, as MLX's addmm does), each
- * row attending over the cache up to its own position, the others masked
- * with float32's lowest value as mlx-audio's causal mask does. */
+ * the positions before), as MLX computes them: each product sgemm's numbers
+ * over all rows (rows_product; the bias first copied to every row, as MLX's
+ * addmm does), each row attending over the cache up to its own position,
+ * the others masked with float32's lowest value as mlx-audio's causal mask
+ * does. */
 
 /* out = x @ w.T (+ bias) for rows rows of x: one sgemm, as MLX computes a
  * product of stacked rows (NULL bias: beta 0, as MLX's matmul). */
@@ -1122,8 +1123,8 @@ static void attend_row_own(const float *q, const float *keys, const float *value
 /* ---- Several requests' rows through a block, outside MLX ----
  *
  * One row per request, as a frame step stacks them: each product over all
- * rows at once, one sgemm as MLX computes stacked rows (MLX's numbers) or,
- * with own, this library's own product (and attention); row r attending
+ * rows at once, each row's numbers MLX's for that row alone (lone_product)
+ * or, with own, this library's own product (and attention); row r attending
  * over its own cache (keys[r], values[r], capacities[r]) up to and
  * including positions[r], where its keys and values are written. cos and
  * sin: rows * dim floats (NULL: no rotation). work: rows * (5 * width + 2 *
@@ -1159,10 +1160,10 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
  *
  * A layer of the codec's streaming decoder (mlx-audio's TransformerLayer.step)
  * over several requests' new steps laid end to end: the products over all
- * of them at once, one sgemm each as MLX runs them (no biases), and each
- * request's steps attending over its own history, causally, within the
- * layer's context; MLX's layer norms, rotation, attention, exact GELU and
- * layer scales, number for number. */
+ * of them at once, each with the numbers of the sgemm MLX runs for it
+ * (rows_product; no biases), and each request's steps attending over its
+ * own history, causally, within the layer's context; MLX's layer norms,
+ * rotation, attention, exact GELU and layer scales, number for number. */
 
 struct codec_layer {
     const float *norm1_w, *norm1_b, *in_w, *out_w, *scale1;

@@ -8,7 +8,8 @@ worker thread: each block is one call into the C library
 (``exact_activations.c``: layer norm, rotation, attention and GELU as MLX
 computes them), and each head's draw is in C too; only the frame's uniforms
 come from MLX (the requests' keys are MLX's), all in one graph. A request's
-prompt runs on its own, all its rows through each product in one sgemm.
+prompt runs on its own, all its rows through each product at once with
+sgemm's numbers.
 
 Requests stepped together have their rows stacked in each product, in one of
 two kinds, each reading every weight once for all rows (OpenBLAS's sgemm
