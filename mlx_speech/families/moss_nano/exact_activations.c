@@ -144,23 +144,33 @@ static void softmax_span(const float *x, float *out, count_t n, count_t width) {
     }
 }
 
-/* ---- A helper thread ----
+/* ---- Work shared with a helper thread ----
  *
- * Work split in two runs one half here and the other on a helper thread that
- * lives as long as the process (started on first use). After a frame step's
- * task the helper spins briefly before it sleeps: those tasks come back to
- * back, and waking a sleeping thread costs more than most of them. After any
- * other it sleeps at once, leaving the core to MLX's threads, which run
- * between those tasks. A forked child starts a helper of its own. */
+ * Large work comes in pieces, which this thread and a helper thread (living
+ * as long as the process, started on first use) take in turn from a shared
+ * counter until none is left. A thread that another process holds up takes
+ * fewer and the other does the rest: with fixed halves, a process using a
+ * fifth of one core slowed a frame step by half, waiting for the late half.
+ * The caller waits only for the pieces the helper took. After a frame step's
+ * work the helper spins briefly before it sleeps: those come back to back,
+ * and waking a sleeping thread costs more than most of them. After any other
+ * it sleeps at once, leaving the core to MLX's threads, which run between
+ * them. A forked child starts a helper of its own. */
 
-typedef void (*task_fn)(const void *);
+typedef void (*piece_fn)(const void *argument, count_t piece);
+
+/* Work is split in up to this many pieces. */
+enum { PIECES = 16 };
 
 static struct {
     pthread_mutex_t lock, call;
     pthread_cond_t posted, finished;
-    task_fn task;
+    piece_fn run;
     const void *argument;
-    unsigned long posted_count, finished_count;
+    count_t pieces;
+    uint32_t generation;  /* of the work posted last */
+    uint64_t claims;      /* the work's generation << 32 | the next piece to take */
+    count_t done;         /* pieces of the work finished */
     int running, linger;
 } helper = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
             PTHREAD_COND_INITIALIZER};
@@ -173,33 +183,54 @@ static inline void pause_briefly(void) {
 #endif
 }
 
+/* Runs pieces of the work of generation while any is left; whether it
+ * finished the work's last piece. A piece is taken only while its work's
+ * caller waits for it, so argument is valid for every piece run. */
+static int take_pieces(uint32_t generation, piece_fn run, const void *argument,
+                       count_t pieces) {
+    uint64_t claim = __atomic_load_n(&helper.claims, __ATOMIC_ACQUIRE);
+    for (;;) {
+        count_t piece = (count_t)(claim & 0xffffffffu);
+        if ((uint32_t)(claim >> 32) != generation || piece >= pieces) return 0;
+        if (!__atomic_compare_exchange_n(&helper.claims, &claim, claim + 1, 0,
+                                         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;
+        run(argument, piece);
+        if (__atomic_add_fetch(&helper.done, 1, __ATOMIC_ACQ_REL) == pieces) return 1;
+        claim = __atomic_load_n(&helper.claims, __ATOMIC_ACQUIRE);
+    }
+}
+
 static void *helper_loop(void *unused) {
     (void)unused;
-    unsigned long done = 0;
+    uint32_t seen = 0;
     int linger = 0;
     for (;;) {
         for (int spin = 0; linger && spin < SPINS; spin++) {
-            if (__atomic_load_n(&helper.posted_count, __ATOMIC_ACQUIRE) != done) break;
+            if (__atomic_load_n(&helper.generation, __ATOMIC_ACQUIRE) != seen) break;
             pause_briefly();
         }
         pthread_mutex_lock(&helper.lock);
-        while (helper.posted_count == done) pthread_cond_wait(&helper.posted, &helper.lock);
-        task_fn task = helper.task;
+        while (helper.generation == seen) pthread_cond_wait(&helper.posted, &helper.lock);
+        seen = helper.generation;
+        piece_fn run = helper.run;
         const void *argument = helper.argument;
+        count_t pieces = helper.pieces;
         linger = helper.linger;
         pthread_mutex_unlock(&helper.lock);
-        task(argument);
-        __atomic_store_n(&helper.finished_count, ++done, __ATOMIC_RELEASE);
-        pthread_mutex_lock(&helper.lock);
-        pthread_cond_signal(&helper.finished);
-        pthread_mutex_unlock(&helper.lock);
+        if (take_pieces(seen, run, argument, pieces)) {
+            pthread_mutex_lock(&helper.lock);
+            pthread_cond_signal(&helper.finished);
+            pthread_mutex_unlock(&helper.lock);
+        }
     }
     return NULL;
 }
 
 static void forget_helper(void) {
     helper.running = 0;
-    helper.posted_count = helper.finished_count = 0;
+    helper.generation = 0;
+    helper.claims = 0;
     pthread_mutex_init(&helper.lock, NULL);
     pthread_mutex_init(&helper.call, NULL);
     pthread_cond_init(&helper.posted, NULL);
@@ -218,56 +249,66 @@ static int helper_ready(void) {
     return 1;
 }
 
-/* task(here) on this thread and task(there) on the helper, at once (both
- * here if the helper cannot start); linger: a frame step's task. */
-static void in_parallel(task_fn task, const void *here, const void *there, int linger) {
+/* run(argument, piece) for each piece < pieces, here and on the helper (all
+ * here if it cannot start); linger: a frame step's work. */
+static void in_pieces(piece_fn run, const void *argument, count_t pieces, int linger) {
     pthread_mutex_lock(&helper.call);
-    if (!helper_ready()) {
+    if (pieces < 2 || !helper_ready()) {
         pthread_mutex_unlock(&helper.call);
-        task(here);
-        task(there);
+        for (count_t piece = 0; piece < pieces; piece++) run(argument, piece);
         return;
     }
     pthread_mutex_lock(&helper.lock);
-    helper.task = task;
-    helper.argument = there;
+    uint32_t generation = helper.generation + 1;
+    helper.run = run;
+    helper.argument = argument;
+    helper.pieces = pieces;
     helper.linger = linger;
-    unsigned long posted = helper.posted_count + 1;
-    __atomic_store_n(&helper.posted_count, posted, __ATOMIC_RELEASE);
+    __atomic_store_n(&helper.done, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&helper.claims, (uint64_t)generation << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&helper.generation, generation, __ATOMIC_RELEASE);
     pthread_cond_signal(&helper.posted);
     pthread_mutex_unlock(&helper.lock);
-    task(here);
+    take_pieces(generation, run, argument, pieces);
     for (int spin = 0; spin < SPINS; spin++) {
-        if (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) == posted) break;
+        if (__atomic_load_n(&helper.done, __ATOMIC_ACQUIRE) == pieces) break;
         pause_briefly();
     }
     pthread_mutex_lock(&helper.lock);
-    while (__atomic_load_n(&helper.finished_count, __ATOMIC_ACQUIRE) != posted)
+    while (__atomic_load_n(&helper.done, __ATOMIC_ACQUIRE) != pieces)
         pthread_cond_wait(&helper.finished, &helper.lock);
     pthread_mutex_unlock(&helper.lock);
     pthread_mutex_unlock(&helper.call);
 }
 
-typedef void (*span_fn)(const float *, float *, count_t, count_t);
-struct span { span_fn fn; const float *x; float *out; count_t n, width; };
-
-static void run_span(const void *argument) {
-    const struct span *s = argument;
-    s->fn(s->x, s->out, s->n, s->width);
+/* The length of each of up to PIECES pieces of items, a multiple of unit. */
+static count_t piece_length(count_t items, count_t unit) {
+    count_t units = (items + unit - 1) / unit;
+    return (units + PIECES - 1) / PIECES * unit;
 }
 
-/* Arrays of at least least floats in two halves (whole rows of width), one
- * on the helper thread (linger: in a frame step). */
-static void in_halves(span_fn fn, const float *x, float *out, count_t n, count_t width,
+typedef void (*span_fn)(const float *, float *, count_t, count_t);
+struct span { span_fn fn; const float *x; float *out; count_t n, width, length; };
+
+static void run_span(const void *argument, count_t piece) {
+    const struct span *s = argument;
+    count_t first = piece * s->length;
+    count_t n = s->n - first < s->length ? s->n - first : s->length;
+    s->fn(s->x + first, s->out + first, n, s->width);
+}
+
+/* Arrays of at least least floats in pieces of whole rows of width, shared
+ * with the helper thread (linger: in a frame step). */
+static void in_shares(span_fn fn, const float *x, float *out, count_t n, count_t width,
                       count_t least, int linger) {
-    count_t half = n / width / 2 * width;
-    if (n < least || half == 0) {
+    count_t unit = width > 1 ? width : 64; /* a lone value's pieces: whole cache lines */
+    if (n < least || n < 2 * unit) {
         fn(x, out, n, width);
         return;
     }
-    struct span first = {fn, x, out, half, width};
-    struct span second = {fn, x + half, out + half, n - half, width};
-    in_parallel(run_span, &first, &second, linger);
+    count_t length = piece_length(n, unit);
+    struct span whole = {fn, x, out, n, width, length};
+    in_pieces(run_span, &whole, (n + length - 1) / length, linger);
 }
 
 static void gelu_tanh_rows(const float *x, float *out, count_t n, count_t width) {
@@ -281,17 +322,17 @@ static void gelu_erf_rows(const float *x, float *out, count_t n, count_t width) 
 }
 
 /* The entries for MLX arrays (exact_activations.py) and a prompt's rows:
- * large ones in halves. */
+ * large ones shared with the helper thread. */
 enum { LARGE = 32768 };
 
 void gelu_tanh(const float *x, float *out, count_t n) {
-    in_halves(gelu_tanh_rows, x, out, n, 1, LARGE, 0);
+    in_shares(gelu_tanh_rows, x, out, n, 1, LARGE, 0);
 }
 void gelu_erf(const float *x, float *out, count_t n) {
-    in_halves(gelu_erf_rows, x, out, n, 1, LARGE, 0);
+    in_shares(gelu_erf_rows, x, out, n, 1, LARGE, 0);
 }
 void softmax(const float *x, float *out, count_t n, count_t width) {
-    in_halves(softmax_span, x, out, n, width, LARGE, 0);
+    in_shares(softmax_span, x, out, n, width, LARGE, 0);
 }
 
 /* ---- Rows through a GPT-2 block, outside MLX ----
@@ -547,7 +588,7 @@ static void place_row(count_t width, count_t heads, float *qkv, const float *cos
 }
 
 /* The block after attention, on rows rows in place: c_proj and its
- * residual, ln_2, the MLP (its GELU in halves from least values; linger: in
+ * residual, ln_2, the MLP (its GELU shared from least values; linger: in
  * a frame step) and its residual. normed and projected: rows * width
  * floats; inner and activated: rows * inner. */
 static void after_attention(const struct block *b, count_t rows, float *x,
@@ -559,7 +600,7 @@ static void after_attention(const struct block *b, count_t rows, float *x,
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
     layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
     product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
-    in_halves(gelu_tanh_rows, inner, activated, rows * inner_width, 1, least, linger);
+    in_shares(gelu_tanh_rows, inner, activated, rows * inner_width, 1, least, linger);
     product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }
@@ -630,8 +671,8 @@ void pick_rows(float *logits, count_t rows, count_t n, const unsigned char *cons
  * bias. That order does not depend on how many rows share the call, so a
  * row's numbers are the same alone or beside others; and every weight is
  * read from memory once for all rows (OpenBLAS's sgemm first copies the
- * weights, its sgemv reads them once per row). The outputs are split between
- * this thread and a helper. */
+ * weights, its sgemv reads them once per row). Its outputs are shared, in
+ * pieces, with the helper thread. */
 
 typedef float lanes __attribute__((vector_size(64), aligned(64)));
 enum { LANES = 16, OUT_TILE = 4, ROW_TILE = 4, LONE_OUT_TILE = 8 };
@@ -798,25 +839,29 @@ static void own_outputs(const float *x, count_t rows, const float *w, const floa
 struct own_work {
     const float *x, *w, *bias;
     float *out;
-    count_t rows, outs, ins, quartered, first, last;
+    count_t rows, outs, ins, quartered, length;
 };
 
-static void run_own(const void *argument) {
+static void run_own(const void *argument, count_t piece) {
     const struct own_work *p = argument;
-    own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->quartered, p->first,
-                p->last);
+    count_t first = piece * p->length;
+    count_t last = p->outs - first < p->length ? p->outs : first + p->length;
+    own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->quartered, first,
+                last);
 }
+
+/* Pieces of outputs take whole tiles, a lone row's and the chained ones'. */
+enum { OUTS_UNIT = 16 };
 
 static void sixteen_sums_product(const float *x, count_t rows, const float *w, const float *bias,
                                  float *out, count_t outs, count_t ins, count_t quartered) {
-    struct own_work whole = {x, w, bias, out, rows, outs, ins, quartered, 0, outs};
-    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUT_TILE) {
-        run_own(&whole);
+    struct own_work whole = {x, w, bias, out, rows, outs, ins, quartered, outs};
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUTS_UNIT) {
+        run_own(&whole, 0);
         return;
     }
-    struct own_work here = whole, there = whole;
-    here.last = there.first = outs / 2 / OUT_TILE * OUT_TILE;
-    in_parallel(run_own, &here, &there, 1);
+    whole.length = piece_length(outs, OUTS_UNIT);
+    in_pieces(run_own, &whole, (outs + whole.length - 1) / whole.length, 1);
 }
 
 void own_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
@@ -956,18 +1001,19 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
 struct chain_work {
     const float *xt, *lone, *w, *bias; /* lone: a lone row's x, else NULL */
     float *out;
-    count_t rows, outs, ins, first, last;
+    count_t rows, outs, ins, length;
 };
 
-static void run_chains(const void *argument) {
+static void run_chains(const void *argument, count_t piece) {
     const struct chain_work *p = argument;
-    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES, o = p->first;
+    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES, o = piece * p->length;
+    count_t last = p->outs - o < p->length ? p->outs : o + p->length;
 #if defined(__AVX2__) && defined(__FMA__)
     if (p->lone)
-        for (; o + 16 <= p->last; o += 16) lone_chains(p->lone, p->w, p->bias, p->out, p->ins, o);
+        for (; o + 16 <= last; o += 16) lone_chains(p->lone, p->w, p->bias, p->out, p->ins, o);
 #endif
-    for (; o < p->last; o += CHAIN_OUTS) {
-        int outs_here = p->last - o < CHAIN_OUTS ? (int)(p->last - o) : CHAIN_OUTS;
+    for (; o < last; o += CHAIN_OUTS) {
+        int outs_here = last - o < CHAIN_OUTS ? (int)(last - o) : CHAIN_OUTS;
         for (count_t g = 0; g < groups; g++) {
             eight totals[CHAIN_OUTS];
             const float *xt = p->xt + g * p->ins * CHAIN_LANES;
@@ -999,13 +1045,12 @@ void chained_product(const float *x, count_t rows, const float *w, const float *
                 xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
             }
     const float *lone = rows == 1 ? x : NULL;
-    struct chain_work whole = {xt, lone, w, bias, out, rows, outs, ins, 0, outs};
-    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * CHAIN_OUTS) {
-        run_chains(&whole);
+    struct chain_work whole = {xt, lone, w, bias, out, rows, outs, ins, outs};
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUTS_UNIT) {
+        run_chains(&whole, 0);
     } else {
-        struct chain_work here = whole, there = whole;
-        here.last = there.first = outs / 2 / CHAIN_OUTS * CHAIN_OUTS;
-        in_parallel(run_chains, &here, &there, 1);
+        whole.length = piece_length(outs, OUTS_UNIT);
+        in_pieces(run_chains, &whole, (outs + whole.length - 1) / whole.length, 1);
     }
     free(xt);
 }
@@ -1129,7 +1174,7 @@ static void attend_row_own(const float *q, const float *keys, const float *value
  * including positions[r], where its keys and values are written. cos and
  * sin: rows * dim floats (NULL: no rotation). work: rows * (5 * width + 2 *
  * inner) + dim + the longest position + 1 floats. */
-/* A frame's GELU is split from this many values: two rows' at Nano's size
+/* A frame's GELU is shared from this many values: two rows' at Nano's size
  * (one row's gained nothing, measured). */
 enum { ROWS_GELU_SPLIT = 4096 };
 
@@ -1219,7 +1264,7 @@ void codec_layer(const struct codec_layer *l, count_t requests, const count_t *s
     for (count_t j = 0; j < total * width; j++) x[j] = x[j] + l->scale1[j % width] * projected[j];
     layer_norm(x, l->norm2_w, l->norm2_b, l->eps, normed, total * width, width);
     rows_product(normed, total, l->ffn_in_w, NULL, inner, l->inner, width);
-    in_halves(gelu_erf_rows, inner, activated, total * l->inner, 1, LARGE, 0);
+    in_shares(gelu_erf_rows, inner, activated, total * l->inner, 1, LARGE, 0);
     rows_product(activated, total, l->ffn_out_w, NULL, projected, width, l->inner);
     for (count_t j = 0; j < total * width; j++) x[j] = x[j] + l->scale2[j % width] * projected[j];
 }
