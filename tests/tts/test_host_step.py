@@ -162,6 +162,32 @@ def test_own_products_are_the_same_whatever_rows_share_them(host):
         assert not np.array_equal(together, host._kernels.products(x, w))  # not sgemm's
 
 
+def test_products_shared_with_a_busy_core_are_whole_and_the_same(host):
+    """With another process taking a core, the worker thread and the helper
+    take the pieces of a product as they can: every output is still written,
+    with the numbers it gets when the cores are free."""
+    generator = np.random.default_rng(4)
+    w = generator.standard_normal((1030, 768)).astype(np.float32)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for name in ("own_product", "chained_product"):
+            product = getattr(host._kernels, name)
+            for rows in (1, 9):
+                x = generator.standard_normal((rows, 768)).astype(np.float32)
+                first = None
+                for _ in range(150):
+                    out = np.full((rows, 1030), np.nan, dtype=np.float32)
+                    pointers = (x.ctypes.data, rows, w.ctypes.data, None, out.ctypes.data)
+                    product(*pointers, 1030, 768)
+                    if first is None:
+                        first = out
+                    np.testing.assert_array_equal(out, first)
+                assert not np.isnan(first).any()
+    finally:
+        busy.kill()
+        busy.wait()
+
+
 def test_jobs_that_stop_beside_others(stopping):
     """Sampling jobs stepped together until each stops by itself."""
     host = host_step(stopping)
