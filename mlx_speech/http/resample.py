@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from scipy import signal
 
 ZERO_CROSSINGS = 16
@@ -27,13 +28,19 @@ class StreamingResampler:
         self._down = rate_in // common
         widest = max(self._up, self._down)
         taps = 2 * ZERO_CROSSINGS * widest + 1
-        self._fir = (
+        fir = (
             signal.firwin(taps, 0.95 / widest, window=("kaiser", KAISER_BETA)) * self._up
         ).astype(np.float32)
         self._delay = (taps - 1) // 2
         self._span = math.ceil(taps / self._up) + 1  # inputs one output touches
-        self._history = np.zeros(0, dtype=np.float32)
-        self._history_start = 0  # stream index of _history[0]
+        # An output at upsampled position p weighs input p // up - j by
+        # bank[p % up, j] (zero where the filter does not reach).
+        reach = np.arange(self._up)[:, None] + self._up * np.arange(self._span)
+        within = reach < taps
+        self._bank = np.where(within, fir[np.where(within, reach, 0)], 0).astype(np.float32)
+        # The inputs from stream index _history_start; silence before the stream.
+        self._history = np.zeros(self._span, dtype=np.float32)
+        self._history_start = -self._span
         self._received = 0
         self._produced = 0
 
@@ -44,7 +51,7 @@ class StreamingResampler:
     def process(self, samples: np.ndarray) -> np.ndarray:
         samples = np.asarray(samples, dtype=np.float32)
         if self._received == 0 and samples.ndim == 2:
-            self._history = np.zeros((0, samples.shape[1]), np.float32)
+            self._history = np.zeros((self._span, samples.shape[1]), np.float32)
         if self.passthrough:
             self._received += len(samples)
             return samples
@@ -67,13 +74,12 @@ class StreamingResampler:
         if len(outputs) == 0:
             return np.zeros((0, *self._history.shape[1:]), dtype=np.float32)
         position = outputs * self._down + self._delay
-        newest = position // self._up
-        inputs = newest[:, None] - np.arange(self._span)[None, :]
-        taps = position[:, None] - inputs * self._up
-        usable = (taps >= 0) & (taps < len(self._fir)) & (inputs >= 0)
-        offsets = np.clip(inputs - self._history_start, 0, len(self._history) - 1)
-        weights = np.where(usable, self._fir[np.clip(taps, 0, len(self._fir) - 1)], 0.0)
-        values = self._history[offsets]  # [outputs, span] or [outputs, span, channels]
+        oldest = position // self._up - self._span + 1 - self._history_start
+        windows = sliding_window_view(self._history, self._span, axis=0)
+        if windows.ndim == 3:  # [windows, channels, span] → [windows, span, channels]
+            windows = windows.transpose(0, 2, 1)
+        values = windows[oldest, ::-1]  # newest first: [outputs, span(, channels)]
+        weights = self._bank[position % self._up]
         result = np.einsum("ij...,ij->i...", values, weights).astype(np.float32)
         self._produced = until
         self._forget(until)
