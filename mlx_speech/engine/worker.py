@@ -80,10 +80,10 @@ class Engine:
         """Run ``fn`` on the worker thread and return its result, once its job
         has ended (so it no longer counts in ``load``)."""
 
-        def once() -> Iterator[T]:
-            yield fn()
+        def once() -> Iterator[tuple[T]]:
+            yield (fn(),)  # boxed: a job's None publishes nothing
 
-        (result,) = self.stream(once)
+        ((result,),) = self.stream(once)
         return result
 
     def submit(self, job: Job) -> None:
@@ -147,15 +147,29 @@ class Engine:
                     self._active.clear()
                     self._waiting.clear()
                     return None
-                self._active = [job for job in self._active if not job.finished]
-                while self._waiting and self._free_slots(self._active):
-                    self._active.append(self._waiting.popleft())
+                self._admit()
                 runnable = [job for job in self._active if job.runnable]
                 if runnable:
                     return runnable
                 if not self._active:
                     mx.clear_cache()  # idle: give cached buffers back to the host
                 self._wakeup.wait()
+
+    def _admit(self, most: int | None = None) -> list[Job]:
+        """Under the lock: forget finished jobs and start waiting ones (at
+        most ``most``) while there is room; → the jobs started."""
+        self._active = [job for job in self._active if not job.finished]
+        started: list[Job] = []
+        while self._waiting and self._free_slots(self._active) and most != len(started):
+            started.append(self._waiting.popleft())
+            self._active.append(started[-1])
+        return started
+
+    def _arrivals(self, most: int) -> list[Job]:
+        """Jobs that arrived while a round ran and start in it (at most
+        ``most``: jobs that end at once must not hold up the round's steps)."""
+        with self._wakeup:
+            return [] if self._closing else self._admit(most)
 
     def _run(self) -> None:
         while (runnable := self._next_round()) is not None:
@@ -168,18 +182,24 @@ class Engine:
         threading.Event().wait()
 
     def _round(self, runnable: list[Job]) -> None:
-        """Advance every runnable job, then flush what they submitted: first
+        """Advance every runnable job, and the jobs that arrive meanwhile
+        (so a burst's prompts all run before its first shared step rather than
+        the late ones a round later), then flush what they submitted: first
         the batches that produce outputs (each published as it is produced),
         then the others."""
         producing: dict[int, Batch] = {}
         stepping: dict[int, Batch] = {}
-        for job in runnable:
-            pending = job.advance()
-            if pending is None:
-                continue
-            if isinstance(pending.output, DeferredOutput):
-                producing[id(pending.output.batch)] = pending.output.batch
-            stepping[id(pending.batch)] = pending.batch
+        joined = 0
+        while runnable:
+            for job in runnable:
+                pending = job.advance()
+                if pending is None:
+                    continue
+                if isinstance(pending.output, DeferredOutput):
+                    producing[id(pending.output.batch)] = pending.output.batch
+                stepping[id(pending.batch)] = pending.batch
+            runnable = self._arrivals(self.max_active - joined)
+            joined += len(runnable)
         for key, batch in producing.items():
             self._flush(batch)
             stepping.pop(key, None)

@@ -284,6 +284,102 @@ def test_engine_flushes_each_batch_once_per_round():
     assert sorted(name for group in flushed for name in group) == sorted("aabbccdd")
 
 
+def test_a_job_that_arrives_during_a_round_joins_its_step():
+    """A burst's late arrivals start in the round that is running (their
+    prompts before its shared step), not a round later; at most
+    ``max_active`` jobs start so in one round."""
+    engine = Engine(max_active=3, max_batch=3)
+    flushed: list[list[str]] = []
+
+    class Recorder:
+        def __init__(self):
+            self.waiting: list[str] = []
+
+        def submit(self, name):
+            self.waiting.append(name)
+
+        def flush(self, max_batch):
+            flushed.append(self.waiting)
+            self.waiting = []
+            return [len(flushed[-1])]
+
+    batch = Recorder()
+    first_started = threading.Event()
+
+    def job(name):
+        def start():
+            if name == "a":
+                first_started.set()
+                deadline = time.monotonic() + 10
+                while engine.load[1] < 3 and time.monotonic() < deadline:
+                    time.sleep(0.01)  # a prompt, while the others arrive
+            batch.submit(name)
+            yield Pending(batch, None)
+            yield name
+
+        return start
+
+    streams = {name: engine.stream(job(name)) for name in "abcd"}
+    outputs: dict[str, list[str]] = {name: [] for name in streams}
+
+    def read(name):
+        outputs[name].extend(streams[name])
+
+    first = threading.Thread(target=read, args=("a",))
+    first.start()
+    assert first_started.wait(10)
+    others = [threading.Thread(target=read, args=(name,)) for name in "bcd"]
+    for reader in others:
+        reader.start()
+    for reader in [first, *others]:
+        reader.join(timeout=10)
+    assert outputs == {name: [name] for name in "abcd"}
+    assert flushed[0] == ["a", "b", "c"]  # d waits: the worker holds three
+    assert flushed[1] == ["d"]
+
+
+def test_jobs_that_end_at_once_do_not_hold_up_a_rounds_step():
+    """However many jobs that end at their first turn (say, requests that
+    fail at once) arrive during a round, at most ``max_active`` of them
+    start in it before its step."""
+    engine = Engine(max_active=2, max_batch=2)
+    events: list[str] = []
+
+    class Recorder:
+        def submit(self, name):
+            pass
+
+        def flush(self, max_batch):
+            events.append("step")
+            return [1]
+
+    def stepping():
+        deadline = time.monotonic() + 10
+        while engine.load[1] < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)  # five short jobs arrive meanwhile
+        yield Pending(Recorder(), None)
+
+    def short(index):
+        def start():
+            events.append(f"short{index}")
+            yield from ()
+
+        return start
+
+    streams = [engine.stream(stepping), *(engine.stream(short(i)) for i in range(5))]
+    readers = [threading.Thread(target=list, args=(stream,)) for stream in streams]
+    readers[0].start()
+    while not engine.load[0]:
+        time.sleep(0.01)
+    for reader in readers[1:]:
+        reader.start()
+        time.sleep(0.02)  # in order
+    for reader in readers:
+        reader.join(timeout=10)
+    assert events[:3] == ["short0", "short1", "step"]
+    assert sorted(events[3:]) == ["short2", "short3", "short4"]
+
+
 def test_metrics_show_batch_sizes_and_step_times(speaking_dir):
     with RunningServer(ServerSettings(model=str(speaking_dir), max_batch=4)) as server:
 
