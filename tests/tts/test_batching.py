@@ -233,27 +233,29 @@ def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir, monkeypatch
             list(stream)
 
 
+class _RecordingBatch:
+    """A batch that records the groups each flush steps together."""
+
+    def __init__(self):
+        self.waiting: list[str] = []
+        self.flushed: list[list[str]] = []
+
+    def submit(self, name):
+        self.waiting.append(name)
+
+    def flush(self, max_batch):
+        groups = [
+            self.waiting[i : i + max_batch] for i in range(0, len(self.waiting), max_batch)
+        ]
+        self.flushed.extend(groups)
+        self.waiting = []
+        return [len(group) for group in groups]
+
+
 def test_engine_flushes_each_batch_once_per_round():
     engine = Engine(max_active=4, max_batch=3)
-    flushed: list[list[str]] = []
-
-    class Recorder:
-        def __init__(self):
-            self.waiting: list[str] = []
-
-        def submit(self, name):
-            self.waiting.append(name)
-
-        def flush(self, max_batch):
-            groups = [
-                self.waiting[i : i + max_batch]
-                for i in range(0, len(self.waiting), max_batch)
-            ]
-            flushed.extend(groups)
-            self.waiting = []
-            return [len(group) for group in groups]
-
-    batch = Recorder()
+    batch = _RecordingBatch()
+    flushed = batch.flushed
     lock = threading.Lock()
     started: list[str] = []
 
@@ -289,21 +291,7 @@ def test_a_job_that_arrives_during_a_round_joins_its_step():
     prompts before its shared step), not a round later; at most
     ``max_active`` jobs start so in one round."""
     engine = Engine(max_active=3, max_batch=3)
-    flushed: list[list[str]] = []
-
-    class Recorder:
-        def __init__(self):
-            self.waiting: list[str] = []
-
-        def submit(self, name):
-            self.waiting.append(name)
-
-        def flush(self, max_batch):
-            flushed.append(self.waiting)
-            self.waiting = []
-            return [len(flushed[-1])]
-
-    batch = Recorder()
+    batch = _RecordingBatch()
     first_started = threading.Event()
 
     def job(name):
@@ -334,8 +322,7 @@ def test_a_job_that_arrives_during_a_round_joins_its_step():
     for reader in [first, *others]:
         reader.join(timeout=10)
     assert outputs == {name: [name] for name in "abcd"}
-    assert flushed[0] == ["a", "b", "c"]  # d waits: the worker holds three
-    assert flushed[1] == ["d"]
+    assert batch.flushed == [["a", "b", "c"], ["d"]]  # d waited: the worker holds three
 
 
 def test_jobs_that_end_at_once_do_not_hold_up_a_rounds_step():
