@@ -38,10 +38,10 @@ _AGAINST_OPENBLAS = f"""
 import ctypes, numpy as np
 from mlx_speech.blas import mlx_blas
 from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_step import (
-    _Kernels, trust_chained_shapes, trust_lone_shapes
+from mlx_speech.families.moss_nano.host_kernels import (
+    Kernels, trust_chained_shapes, trust_lone_shapes
 )
-kernels = _Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 assert "openblas" in mlx_blas(), mlx_blas()
 generator = np.random.default_rng(3)
 shapes = {_SHAPES!r}
@@ -84,10 +84,10 @@ print(chained)
 def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
     """Every Nano product shape, 1 to 16, 38 and 64 rows (a prompt's), with a
     bias and without (the row counts OpenBLAS takes its small-matrix kernel
-    for are left to it). The load checks trust them all, chained as sgemm and in the lone order
-    (each of ten rows together as sgemm computes it alone, the small-matrix
-    kernel's order included), and none against a BLAS that rounds one output
-    otherwise."""
+    for are left to it). The load checks trust them all, chained as sgemm and
+    in the lone order (each of ten rows together as sgemm computes it alone,
+    the small-matrix kernel's order included), and none against a BLAS that
+    rounds one output otherwise."""
     environment = {**os.environ, "LD_PRELOAD": OPENBLAS, "OPENBLAS_THREAD_TIMEOUT": "20"}
     result = subprocess.run(
         [sys.executable, "-c", _AGAINST_OPENBLAS],

@@ -268,9 +268,9 @@ def test_host_draws_equal_mlxs_even_with_a_tie_at_the_top_k_boundary(host, sampl
 @pytest.mark.parametrize("broken", ["products", "draw"])
 def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypatch, broken):
     """One product a ulp off, or one draw a token off: frames stay in MLX."""
-    from mlx_speech.families.moss_nano import host_step as module
+    from mlx_speech.families.moss_nano.host_kernels import Kernels
 
-    honest = getattr(module._Kernels, broken)
+    honest = getattr(Kernels, broken)
 
     def off(self, *arguments, **keywords):
         result = honest(self, *arguments, **keywords)
@@ -278,7 +278,7 @@ def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypat
             return result + 1
         return np.nextafter(result, np.float32(np.inf))
 
-    monkeypatch.setattr(module._Kernels, broken, off)
+    monkeypatch.setattr(Kernels, broken, off)
     assert host_step(model) is None
 
 
@@ -286,8 +286,8 @@ _FORKED_PRODUCT = """
 import ctypes, os, numpy as np
 from mlx_speech.blas import mlx_blas
 from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_step import _Kernels
-kernels = _Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+from mlx_speech.families.moss_nano.host_kernels import Kernels
+kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 x, w = np.ones((2, 768), np.float32), np.ones((1024, 768), np.float32)
 before = kernels.products(x, w, own=True)  # the helper thread is running
 child = os.fork()

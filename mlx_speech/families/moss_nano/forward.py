@@ -109,7 +109,12 @@ def forward_rows(
             block, x, rotation, shape.heads, shape.eps
         )
         attended = _attend_spans(
-            [cache[layer] for cache in caches], spans, masks, queries, keys, values,
+            [cache[layer] for cache in caches],
+            spans,
+            masks,
+            queries,
+            keys,
+            values,
             scale=shape.scale,
         )
         x = variant.block_output(block, x, attended, shape.eps, shape.activation)

@@ -34,7 +34,7 @@ from ...blas import mlx_blas
 from .codec import DecoderState, decode_together
 from .codec_math import EXACT
 from .exact_activations import exact_activations
-from .host_step import _COUNT, _POINTER, _host, _Kernels, trust_chained_shapes
+from .host_kernels import COUNT, POINTER, Kernels, host_view, trust_chained_shapes
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -56,11 +56,11 @@ class _Layer(ctypes.Structure):
     """``struct codec_layer`` of the C library."""
 
     _fields_ = [
-        *[(name, _POINTER) for name in _LAYER_WEIGHTS],
-        ("width", _COUNT),
-        ("heads", _COUNT),
-        ("inner", _COUNT),
-        ("context", _COUNT),
+        *[(name, POINTER) for name in _LAYER_WEIGHTS],
+        ("width", COUNT),
+        ("heads", COUNT),
+        ("inner", COUNT),
+        ("context", COUNT),
         ("eps", ctypes.c_float),
         ("scale", ctypes.c_float),
     ]
@@ -73,18 +73,18 @@ def _layer_struct(layer) -> tuple[_Layer, list[np.ndarray]]:
     def scale(module) -> np.ndarray:
         if isinstance(module, Identity):
             return np.ones(width, np.float32)  # times 1 changes no number
-        return _host(module.scale)
+        return host_view(module.scale)
 
     views = [
-        _host(layer.norm1.weight),
-        _host(layer.norm1.bias),
-        _host(attention.in_proj.weight),
-        _host(attention.out_proj.weight),
+        host_view(layer.norm1.weight),
+        host_view(layer.norm1.bias),
+        host_view(attention.in_proj.weight),
+        host_view(attention.out_proj.weight),
         scale(layer.layer_scale_1),
-        _host(layer.norm2.weight),
-        _host(layer.norm2.bias),
-        _host(layer.ffn[0].weight),
-        _host(layer.ffn[2].weight),
+        host_view(layer.norm2.weight),
+        host_view(layer.norm2.bias),
+        host_view(layer.ffn[0].weight),
+        host_view(layer.ffn[2].weight),
         scale(layer.layer_scale_2),
     ]
     struct = _Layer(
@@ -105,7 +105,7 @@ class _Stage:
 
     def __init__(self, stage: ProjectedTransformer):
         def projection(module) -> np.ndarray | None:
-            return None if isinstance(module, Identity) else _host(module.weight)
+            return None if isinstance(module, Identity) else host_view(module.weight)
 
         self.input = projection(stage.input_proj)
         self.output = projection(stage.output_proj)
@@ -194,11 +194,11 @@ class HostDecoderState:
 class HostDecoder:
     """The host side of one codec's decoder."""
 
-    def __init__(self, codec: MossAudioTokenizer, n_vq: int, kernels: _Kernels, library):
+    def __init__(self, codec: MossAudioTokenizer, n_vq: int, kernels: Kernels, library):
         self._codec = codec
         self._n_vq = n_vq
         self._kernels = kernels
-        library.codec_layer.argtypes = [ctypes.POINTER(_Layer), _COUNT, *[_POINTER] * 9]
+        library.codec_layer.argtypes = [ctypes.POINTER(_Layer), COUNT, *[POINTER] * 9]
         library.codec_layer.restype = None
         self._layer = library.codec_layer
         self._quantizer = _Quantizer(codec.quantizer)
@@ -343,7 +343,7 @@ def host_decoder(codec: MossAudioTokenizer, n_vq: int) -> HostDecoder | None:
         for layer in stage.transformer.layers
     ):
         return None
-    kernels = _Kernels(activations.library, ctypes.CDLL(blas))
+    kernels = Kernels(activations.library, ctypes.CDLL(blas))
     trust_chained_shapes(kernels, _product_shapes(stages), np.random.default_rng(6))
     decoder = HostDecoder(codec, n_vq, kernels, activations.library)
     if matches_mlx(decoder, codec, n_vq):

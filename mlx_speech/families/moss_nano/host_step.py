@@ -49,182 +49,19 @@ from ...blas import mlx_blas
 from .codec_math import exact_asked
 from .exact_activations import exact_activations
 from .forward import LocalPass, forward_rows, rotation_at
+from .host_kernels import (
+    BLOCK_LAYERS,
+    Block,
+    Kernels,
+    host_view,
+    own_product_sound,
+    trust_chained_shapes,
+    trust_lone_shapes,
+)
 from .kv_cache import BLOCK, BlockKVCache, block_caches
 from .sampling import HeadSampler, _filtered_draw, draw_uniforms, is_random
 
 log = logging.getLogger("mlx_speech.engine")
-
-_POINTER = ctypes.c_void_p
-_COUNT = ctypes.c_long
-
-
-# A block's layers in the order of ``struct block``'s pointers: each its
-# weight, then its bias.
-_BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.fc_out")
-
-
-class _Block(ctypes.Structure):
-    """``struct block`` of the C library."""
-
-    _fields_ = [
-        *[
-            (f"{layer.replace('.', '_')}_{part}", _POINTER)
-            for layer in _BLOCK_LAYERS
-            for part in ("weight", "bias")
-        ],
-        ("width", _COUNT),
-        ("heads", _COUNT),
-        ("inner", _COUNT),
-        ("eps", ctypes.c_float),
-        ("scale", ctypes.c_float),
-    ]
-
-
-class _Kernels:
-    """The library's row functions, bound to the BLAS MLX calls."""
-
-    def __init__(self, library: ctypes.CDLL, blas: ctypes.CDLL):
-        library.use_blas.argtypes = [_POINTER]
-        library.use_blas(ctypes.cast(blas.cblas_sgemm, _POINTER))
-        # each entry's C signature, as letters: p pointer, n count, f float,
-        # i int, b the block struct; the result: v none, n a count
-        signatures = {
-            "rows_product": "pnpppnn:v",
-            "sgemm_product": "pnpppnn:v",
-            "chained_product": "pnpppnn:v",
-            "chained_applies": "nnn:n",
-            "trust_chained": "nn:n",
-            "lone_product": "pnpppnn:v",
-            "lone_order_product": "pnpppnn:v",
-            "trust_lone": "nn:n",
-            "columns_product": "pnppnn:v",
-            "own_product": "pnpppnn:v",
-            "layer_norm": "pppfpnn:v",
-            "block_rows": "bnpppppppip:v",
-            "block_prompt": "bnpppnnppp:v",
-            "pick_rows": "pnnpppppppppp:v",
-        }
-        types = {"p": _POINTER, "n": _COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
-        types["b"], types["v"] = ctypes.POINTER(_Block), None
-        for name, signature in signatures.items():
-            arguments, result = signature.split(":")
-            entry = getattr(library, name)
-            entry.argtypes = [types[letter] for letter in arguments]
-            entry.restype = types[result]
-            setattr(self, name, entry)
-        self._draw_work = np.empty(0, dtype=np.float32)
-        # struct ranked: a float and a long, aligned as C lays them out
-        ranked = np.dtype([("value", np.float32), ("index", np.int64)], align=True)
-        self._ranks = np.empty(0, dtype=ranked)
-
-    def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
-        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): each row's
-        numbers MLX's for that row alone, or the library's own product."""
-        return self.through(self.own_product if own else self.lone_product, x, weight)
-
-    @staticmethod
-    def through(product, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
-        """``x @ weight.T (+ bias)`` by one of the library's products."""
-        outs, ins = weight.shape
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        out = np.empty((len(x), outs), dtype=np.float32)
-        added = None if bias is None else bias.ctypes.data
-        product(
-            x.ctypes.data, len(x), weight.ctypes.data, added, out.ctypes.data, outs, ins
-        )
-        return out
-
-    def columns(self, columns: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        """``columns.T @ weight.T`` for ``columns`` (``[ins, rows]``), one
-        sgemm as MLX runs it on a transposed view."""
-        outs, ins = weight.shape
-        columns = np.ascontiguousarray(columns, dtype=np.float32)
-        out = np.empty((columns.shape[1], outs), dtype=np.float32)
-        rows = columns.shape[1]
-        self.columns_product(
-            columns.ctypes.data, rows, weight.ctypes.data, out.ctypes.data, outs, ins
-        )
-        return out
-
-    def picks(
-        self,
-        logits: np.ndarray,
-        samplers: list[HeadSampler],
-        uniforms: list[float],
-        seen: list[np.ndarray] | None = None,
-        penalties: list[float] | None = None,
-    ) -> np.ndarray:
-        """A token for each row of ``logits`` (``[rows, vocab]``, changed in
-        place), as ``sampling`` picks them: after the repetition penalty
-        over ``seen`` (each row's flags), greedy (temperature 0) or
-        ``_filtered_draw`` with the row's uniform; MLX's draw where a tie at
-        the top-k boundary leaves the kept tokens to MLX's partition."""
-        rows, vocab = logits.shape
-        top_ks = np.array(
-            [sampler.top_k if 0 < sampler.top_k < vocab else 0 for sampler in samplers],
-            dtype=np.int64,
-        )
-        if self._draw_work.size < 2 * vocab + int(top_ks.max()) + 1:
-            self._draw_work = np.empty(2 * vocab + int(top_ks.max()) + 1, dtype=np.float32)
-        if self._ranks.size < vocab:
-            self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
-        flags = seen or [np.zeros(vocab, dtype=np.bool_)] * rows
-        rows_seen = np.array([flag.ctypes.data for flag in flags], dtype=np.uintp)
-        numbers = {
-            "penalties": penalties or [1.0] * rows,
-            "temperatures": [sampler.temperature for sampler in samplers],
-            "thresholds": [1 - sampler.top_p for sampler in samplers],
-            "uniforms": uniforms,
-        }
-        numbers = {name: np.array(values, np.float32) for name, values in numbers.items()}
-        top_ps = np.array([0 < sampler.top_p < 1 for sampler in samplers], dtype=np.int32)
-        codes = np.empty(rows, dtype=np.int64)
-        self.pick_rows(
-            logits.ctypes.data,
-            rows,
-            vocab,
-            rows_seen.ctypes.data,
-            numbers["penalties"].ctypes.data,
-            numbers["temperatures"].ctypes.data,
-            top_ks.ctypes.data,
-            top_ps.ctypes.data,
-            numbers["thresholds"].ctypes.data,
-            numbers["uniforms"].ctypes.data,
-            self._draw_work.ctypes.data,
-            self._ranks.ctypes.data,
-            codes.ctypes.data,
-        )
-        for row in np.flatnonzero(codes < 0):
-            draw = _filtered_draw(
-                mx.array(logits[row][None]), mx.array([[uniforms[row]]]), samplers[row]
-            )
-            codes[row] = draw.item()
-        return codes
-
-    def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
-        """``sampling._filtered_draw`` of one row."""
-        row = np.ascontiguousarray(logits, dtype=np.float32)[None]
-        return int(self.picks(row, [sampler], [uniform])[0])
-
-    def norm(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
-        out = np.empty_like(x)
-        self.layer_norm(
-            x.ctypes.data,
-            weight.ctypes.data,
-            bias.ctypes.data,
-            eps,
-            out.ctypes.data,
-            x.size,
-            x.shape[-1],
-        )
-        return out
-
-
-def _host(array: mx.array) -> np.ndarray:
-    """A float32 host view of an MLX array's memory (kept valid by the array,
-    which the model holds)."""
-    mx.eval(array)
-    return np.asarray(array)
 
 
 @dataclass
@@ -244,11 +81,13 @@ class _Transformer:
         self.heads, self.width = first.num_heads, transformer.h[0].ln_1.weight.shape[0]
         self.dim = self.width // self.heads
         self.final = _Norm(
-            _host(transformer.ln_f.weight),
-            _host(transformer.ln_f.bias),
+            host_view(transformer.ln_f.weight),
+            host_view(transformer.ln_f.bias),
             transformer.ln_f.eps,
         )
-        self._positions = None if transformer.wpe is None else _host(transformer.wpe.weight)
+        self._positions = (
+            None if transformer.wpe is None else host_view(transformer.wpe.weight)
+        )
         self._rotary = first.rotary_emb
         self._cos = self._sin = np.empty((0, self.dim), dtype=np.float32)
 
@@ -274,10 +113,10 @@ class _Transformer:
         return rows + self._positions[positions]
 
 
-def _block_struct(block) -> tuple[_Block, list[np.ndarray]]:
-    layers = [functools.reduce(getattr, name.split("."), block) for name in _BLOCK_LAYERS]
-    views = [_host(array) for layer in layers for array in (layer.weight, layer.bias)]
-    struct = _Block(
+def _block_struct(block) -> tuple[Block, list[np.ndarray]]:
+    layers = [functools.reduce(getattr, name.split("."), block) for name in BLOCK_LAYERS]
+    views = [host_view(array) for layer in layers for array in (layer.weight, layer.bias)]
+    struct = Block(
         *[view.ctypes.data for view in views],
         width=block.ln_1.weight.shape[0],
         heads=block.attn.num_heads,
@@ -345,19 +184,19 @@ class HostStep:
     """The host side of one Nano model: its transformers' blocks, heads and
     embedding tables, and the library's checked functions."""
 
-    def __init__(self, model: Model, kernels: _Kernels, own_for_sampling: bool):
+    def __init__(self, model: Model, kernels: Kernels, own_for_sampling: bool):
         self._kernels = kernels
         self.own_for_sampling = own_for_sampling
         self._global = _Transformer(model.transformer)
         self._local = _Transformer(model.local_transformer)
         config = model.config
         self._n_vq = config.n_vq
-        text = _host(model.transformer.wte.weight)
+        text = host_view(model.transformer.wte.weight)
         self._slot = text[config.audio_assistant_slot_token_id]
         self._text_head = np.ascontiguousarray(
             text[[config.audio_assistant_slot_token_id, config.audio_end_token_id]]
         )
-        self._audio = [_host(embedding.weight) for embedding in model.audio_embeddings]
+        self._audio = [host_view(embedding.weight) for embedding in model.audio_embeddings]
         self._work = np.empty(0, dtype=np.float32)
 
     def step(self, jobs: list) -> None:
@@ -486,7 +325,7 @@ class HostStep:
         final = transformer.final
         return self._kernels.norm(x, final.weight, final.bias, final.eps)
 
-    def _prompt_block(self, block: _Block, x, keys, values, start: int, cos, sin) -> None:
+    def _prompt_block(self, block: Block, x, keys, values, start: int, cos, sin) -> None:
         rows, dim = len(x), block.width // block.heads
         work = np.empty(
             rows * (6 * block.width + 2 * block.inner + 2 * dim + start + rows), np.float32
@@ -504,7 +343,7 @@ class HostStep:
             work.ctypes.data,
         )
 
-    def _block(self, block: _Block, x, caches, positions, cos, sin, own: bool) -> None:
+    def _block(self, block: Block, x, caches, positions, cos, sin, own: bool) -> None:
         """One block over rows of several jobs (``caches``: each one's keys
         and values of this layer), in place."""
         needed = len(x) * (5 * block.width + 2 * block.inner)
@@ -564,7 +403,7 @@ _CHECKED_SAMPLERS = (
 )
 
 
-def _draws_match(kernels: _Kernels, generator: np.random.Generator) -> bool:
+def _draws_match(kernels: Kernels, generator: np.random.Generator) -> bool:
     """The host draw against MLX's on rows of logits of several spreads,
     some with tokens at minus infinity, with each checked sampler."""
     for row in range(24):
@@ -599,7 +438,7 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
         for block in blocks
     ):
         return None
-    kernels = _Kernels(activations.library, ctypes.CDLL(blas))
+    kernels = Kernels(activations.library, ctypes.CDLL(blas))
     generator = np.random.default_rng(5)
     shapes = _product_shapes(model)
     trust_chained_shapes(kernels, shapes, generator)  # a prompt's products
@@ -608,7 +447,7 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
     if (
         _matches_mlx(host, model)
         and _draws_match(host._kernels, generator)
-        and _own_product_sound(host._kernels, generator)
+        and own_product_sound(host._kernels, generator)
     ):
         return host
     log.warning("the host frame step differs from MLX's here; frames stay in MLX")
@@ -621,83 +460,12 @@ def _product_shapes(model: Model) -> set[tuple[int, int]]:
     layers = [
         functools.reduce(getattr, name.split("."), block)
         for block in blocks
-        for name in _BLOCK_LAYERS
+        for name in BLOCK_LAYERS
         if name not in ("ln_1", "ln_2")
     ]
     tables = [embedding.weight for embedding in model.audio_embeddings]
     shapes = {tuple(array.shape) for array in [layer.weight for layer in layers] + tables}
     return shapes | {(2, model.config.hidden_size)}  # the text head: slot or end
-
-
-# Row counts the chained product is checked at: each to 16 (every remainder
-# of the library's groups of eight and of OpenBLAS's tiles), then a spread
-# to the library's bound, 64 rows.
-_CHAIN_CHECKED_ROWS = (*range(1, 17), 17, 23, 32, 38, 45, 64)
-
-
-def trust_chained_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> None:
-    """Lets the library chain the products of each of ``shapes`` whose
-    chained numbers are sgemm's here, with a bias and without, at the row
-    counts it is checked at (``_CHAIN_CHECKED_ROWS``) that it would chain."""
-    for outs, ins in sorted(shapes):
-        counts = [
-            rows for rows in _CHAIN_CHECKED_ROWS if kernels.chained_applies(rows, outs, ins)
-        ]
-        x = generator.standard_normal((max(counts, default=0), ins), dtype=np.float32)
-        w = generator.standard_normal((outs, ins), dtype=np.float32)
-        bias = generator.standard_normal(outs, dtype=np.float32)
-        if all(
-            np.array_equal(
-                kernels.through(kernels.chained_product, x[:rows], w, added),
-                kernels.through(kernels.sgemm_product, x[:rows], w, added),
-            )
-            for rows in counts
-            for added in (bias, None)
-        ):
-            kernels.trust_chained(outs, ins)
-
-
-def trust_lone_shapes(kernels: _Kernels, shapes, generator: np.random.Generator) -> bool:
-    """Lets the frame step's products of each of ``shapes`` (outs, ins) take
-    the library's lone order where it gives sgemm's numbers for a row alone
-    here (ten rows together, each against sgemm of that row, with a bias
-    and without) → whether it does for every shape."""
-    everywhere = True
-    for outs, ins in sorted(shapes):
-        x = generator.standard_normal((10, ins), dtype=np.float32)
-        w = generator.standard_normal((outs, ins), dtype=np.float32)
-        bias = generator.standard_normal(outs, dtype=np.float32)
-        same = all(
-            np.array_equal(
-                kernels.through(kernels.lone_order_product, x, w, added)[row],
-                kernels.through(kernels.sgemm_product, x[row : row + 1], w, added)[0],
-            )
-            for added in (bias, None)
-            for row in range(len(x))
-        )
-        trusted = same and bool(kernels.trust_lone(outs, ins))  # not once the table is full
-        everywhere = everywhere and trusted
-    return everywhere
-
-
-def _own_product_sound(kernels: _Kernels, generator: np.random.Generator) -> bool:
-    """The library's own product against float64 sums (within float32's
-    rounding), for products split between two threads and not, and each row
-    the same alone as beside others."""
-    for outs, ins in ((37, 100), (300, 768)):
-        x = generator.standard_normal((5, ins)).astype(np.float32)
-        w = generator.standard_normal((outs, ins)).astype(np.float32)
-        ours = kernels.products(x, w, own=True)
-        exact = x.astype(np.float64) @ w.astype(np.float64).T
-        bound = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T)
-        if not np.all(np.abs(ours - exact) <= bound):
-            return False
-        for row in range(len(x)):
-            if not np.array_equal(
-                kernels.products(x[row : row + 1], w, own=True)[0], ours[row]
-            ):
-                return False
-    return True
 
 
 def _matches_mlx(host: HostStep, model: Model) -> bool:

@@ -1,0 +1,258 @@
+"""The C library's entries for rows on host buffers, bound to the BLAS MLX
+calls (``exact_activations.c``): the block struct, the products, layer norm
+and the heads' draws; and the load checks that decide where the library's
+product orders may stand in for ``sgemm``. The frame step (``host_step``)
+and the codec decoder (``host_codec``) build on them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import mlx.core as mx
+import numpy as np
+
+from .sampling import HeadSampler, _filtered_draw
+
+POINTER = ctypes.c_void_p
+COUNT = ctypes.c_long
+
+
+# A block's layers in the order of ``struct block``'s pointers: each its
+# weight, then its bias.
+BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.fc_out")
+
+
+class Block(ctypes.Structure):
+    """``struct block`` of the C library."""
+
+    _fields_ = [
+        *[
+            (f"{layer.replace('.', '_')}_{part}", POINTER)
+            for layer in BLOCK_LAYERS
+            for part in ("weight", "bias")
+        ],
+        ("width", COUNT),
+        ("heads", COUNT),
+        ("inner", COUNT),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+    ]
+
+
+class Kernels:
+    """The library's row functions, bound to the BLAS MLX calls."""
+
+    def __init__(self, library: ctypes.CDLL, blas: ctypes.CDLL):
+        library.use_blas.argtypes = [POINTER]
+        library.use_blas(ctypes.cast(blas.cblas_sgemm, POINTER))
+        # each entry's C signature, as letters: p pointer, n count, f float,
+        # i int, b the block struct; the result: v none, n a count
+        signatures = {
+            "rows_product": "pnpppnn:v",
+            "sgemm_product": "pnpppnn:v",
+            "chained_product": "pnpppnn:v",
+            "chained_applies": "nnn:n",
+            "trust_chained": "nn:n",
+            "lone_product": "pnpppnn:v",
+            "lone_order_product": "pnpppnn:v",
+            "trust_lone": "nn:n",
+            "columns_product": "pnppnn:v",
+            "own_product": "pnpppnn:v",
+            "layer_norm": "pppfpnn:v",
+            "block_rows": "bnpppppppip:v",
+            "block_prompt": "bnpppnnppp:v",
+            "pick_rows": "pnnpppppppppp:v",
+        }
+        types = {"p": POINTER, "n": COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
+        types["b"], types["v"] = ctypes.POINTER(Block), None
+        for name, signature in signatures.items():
+            arguments, result = signature.split(":")
+            entry = getattr(library, name)
+            entry.argtypes = [types[letter] for letter in arguments]
+            entry.restype = types[result]
+            setattr(self, name, entry)
+        self._draw_work = np.empty(0, dtype=np.float32)
+        # struct ranked: a float and a long, aligned as C lays them out
+        ranked = np.dtype([("value", np.float32), ("index", np.int64)], align=True)
+        self._ranks = np.empty(0, dtype=ranked)
+
+    def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
+        """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): each row's
+        numbers MLX's for that row alone, or the library's own product."""
+        return self.through(self.own_product if own else self.lone_product, x, weight)
+
+    @staticmethod
+    def through(product, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+        """``x @ weight.T (+ bias)`` by one of the library's products."""
+        outs, ins = weight.shape
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((len(x), outs), dtype=np.float32)
+        added = None if bias is None else bias.ctypes.data
+        product(
+            x.ctypes.data, len(x), weight.ctypes.data, added, out.ctypes.data, outs, ins
+        )
+        return out
+
+    def columns(self, columns: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        """``columns.T @ weight.T`` for ``columns`` (``[ins, rows]``), one
+        sgemm as MLX runs it on a transposed view."""
+        outs, ins = weight.shape
+        columns = np.ascontiguousarray(columns, dtype=np.float32)
+        out = np.empty((columns.shape[1], outs), dtype=np.float32)
+        rows = columns.shape[1]
+        self.columns_product(
+            columns.ctypes.data, rows, weight.ctypes.data, out.ctypes.data, outs, ins
+        )
+        return out
+
+    def picks(
+        self,
+        logits: np.ndarray,
+        samplers: list[HeadSampler],
+        uniforms: list[float],
+        seen: list[np.ndarray] | None = None,
+        penalties: list[float] | None = None,
+    ) -> np.ndarray:
+        """A token for each row of ``logits`` (``[rows, vocab]``, changed in
+        place), as ``sampling`` picks them: after the repetition penalty
+        over ``seen`` (each row's flags), greedy (temperature 0) or
+        ``_filtered_draw`` with the row's uniform; MLX's draw where a tie at
+        the top-k boundary leaves the kept tokens to MLX's partition."""
+        rows, vocab = logits.shape
+        top_ks = np.array(
+            [sampler.top_k if 0 < sampler.top_k < vocab else 0 for sampler in samplers],
+            dtype=np.int64,
+        )
+        if self._draw_work.size < 2 * vocab + int(top_ks.max()) + 1:
+            self._draw_work = np.empty(2 * vocab + int(top_ks.max()) + 1, dtype=np.float32)
+        if self._ranks.size < vocab:
+            self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
+        flags = seen or [np.zeros(vocab, dtype=np.bool_)] * rows
+        rows_seen = np.array([flag.ctypes.data for flag in flags], dtype=np.uintp)
+        numbers = {
+            "penalties": penalties or [1.0] * rows,
+            "temperatures": [sampler.temperature for sampler in samplers],
+            "thresholds": [1 - sampler.top_p for sampler in samplers],
+            "uniforms": uniforms,
+        }
+        numbers = {name: np.array(values, np.float32) for name, values in numbers.items()}
+        top_ps = np.array([0 < sampler.top_p < 1 for sampler in samplers], dtype=np.int32)
+        codes = np.empty(rows, dtype=np.int64)
+        self.pick_rows(
+            logits.ctypes.data,
+            rows,
+            vocab,
+            rows_seen.ctypes.data,
+            numbers["penalties"].ctypes.data,
+            numbers["temperatures"].ctypes.data,
+            top_ks.ctypes.data,
+            top_ps.ctypes.data,
+            numbers["thresholds"].ctypes.data,
+            numbers["uniforms"].ctypes.data,
+            self._draw_work.ctypes.data,
+            self._ranks.ctypes.data,
+            codes.ctypes.data,
+        )
+        for row in np.flatnonzero(codes < 0):
+            draw = _filtered_draw(
+                mx.array(logits[row][None]), mx.array([[uniforms[row]]]), samplers[row]
+            )
+            codes[row] = draw.item()
+        return codes
+
+    def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
+        """``sampling._filtered_draw`` of one row."""
+        row = np.ascontiguousarray(logits, dtype=np.float32)[None]
+        return int(self.picks(row, [sampler], [uniform])[0])
+
+    def norm(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
+        out = np.empty_like(x)
+        self.layer_norm(
+            x.ctypes.data,
+            weight.ctypes.data,
+            bias.ctypes.data,
+            eps,
+            out.ctypes.data,
+            x.size,
+            x.shape[-1],
+        )
+        return out
+
+
+def host_view(array: mx.array) -> np.ndarray:
+    """A float32 host view of an MLX array's memory (kept valid by the array,
+    which the model holds)."""
+    mx.eval(array)
+    return np.asarray(array)
+
+
+# Row counts the chained product is checked at: each to 16 (every remainder
+# of the library's groups of eight and of OpenBLAS's tiles), then a spread
+# to the library's bound, 64 rows.
+_CHAIN_CHECKED_ROWS = (*range(1, 17), 17, 23, 32, 38, 45, 64)
+
+
+def trust_chained_shapes(kernels: Kernels, shapes, generator: np.random.Generator) -> None:
+    """Lets the library chain the products of each of ``shapes`` whose
+    chained numbers are sgemm's here, with a bias and without, at the row
+    counts it is checked at (``_CHAIN_CHECKED_ROWS``) that it would chain."""
+    for outs, ins in sorted(shapes):
+        counts = [
+            rows for rows in _CHAIN_CHECKED_ROWS if kernels.chained_applies(rows, outs, ins)
+        ]
+        x = generator.standard_normal((max(counts, default=0), ins), dtype=np.float32)
+        w = generator.standard_normal((outs, ins), dtype=np.float32)
+        bias = generator.standard_normal(outs, dtype=np.float32)
+        if all(
+            np.array_equal(
+                kernels.through(kernels.chained_product, x[:rows], w, added),
+                kernels.through(kernels.sgemm_product, x[:rows], w, added),
+            )
+            for rows in counts
+            for added in (bias, None)
+        ):
+            kernels.trust_chained(outs, ins)
+
+
+def trust_lone_shapes(kernels: Kernels, shapes, generator: np.random.Generator) -> bool:
+    """Lets the frame step's products of each of ``shapes`` (outs, ins) take
+    the library's lone order where it gives sgemm's numbers for a row alone
+    here (ten rows together, each against sgemm of that row, with a bias
+    and without) → whether it does for every shape."""
+    everywhere = True
+    for outs, ins in sorted(shapes):
+        x = generator.standard_normal((10, ins), dtype=np.float32)
+        w = generator.standard_normal((outs, ins), dtype=np.float32)
+        bias = generator.standard_normal(outs, dtype=np.float32)
+        same = all(
+            np.array_equal(
+                kernels.through(kernels.lone_order_product, x, w, added)[row],
+                kernels.through(kernels.sgemm_product, x[row : row + 1], w, added)[0],
+            )
+            for added in (bias, None)
+            for row in range(len(x))
+        )
+        trusted = same and bool(kernels.trust_lone(outs, ins))  # not once the table is full
+        everywhere = everywhere and trusted
+    return everywhere
+
+
+def own_product_sound(kernels: Kernels, generator: np.random.Generator) -> bool:
+    """The library's own product against float64 sums (within float32's
+    rounding), for products split between two threads and not, and each row
+    the same alone as beside others."""
+    for outs, ins in ((37, 100), (300, 768)):
+        x = generator.standard_normal((5, ins)).astype(np.float32)
+        w = generator.standard_normal((outs, ins)).astype(np.float32)
+        ours = kernels.products(x, w, own=True)
+        exact = x.astype(np.float64) @ w.astype(np.float64).T
+        bound = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T)
+        if not np.all(np.abs(ours - exact) <= bound):
+            return False
+        for row in range(len(x)):
+            if not np.array_equal(
+                kernels.products(x[row : row + 1], w, own=True)[0], ours[row]
+            ):
+                return False
+    return True
