@@ -4,13 +4,15 @@ several, other activations, per-layer attention scaling."""
 
 from __future__ import annotations
 
+import gc
+
 import mlx.core as mx
 import pytest
 from mlx_audio.tts.models.moss_tts_nano.config import GPT2Config
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import GPT2Model, KVCache
 
 from mlx_speech.families.moss_nano.forward import LocalPass, forward_rows
-from mlx_speech.families.moss_nano.kv_cache import block_caches
+from mlx_speech.families.moss_nano.kv_cache import block_caches, snapshot, snapshot_bytes
 
 VARIANTS = {
     "rope": {},
@@ -56,3 +58,18 @@ def test_forward_rows_equals_the_module_per_job(variant):
         for job, rows in enumerate(inputs):
             theirs = transformer(inputs_embeds=rows, cache=theirs_caches[job])
             assert mx.array_equal(ours[job], theirs[0, -1]).item(), (round_, job)
+
+
+def test_a_snapshot_holds_its_positions_not_the_block_buffers():
+    """A cached prompt prefix costs what the prefix-cache bound counts."""
+    transformer = _transformer(3)
+    rows = mx.random.normal((1, 5, 48))
+    mx.eval(rows)
+    before = mx.get_active_memory()
+    caches = block_caches(len(transformer.h))
+    forward_rows(transformer, [rows], [caches])
+    taken = snapshot(caches)
+    del caches
+    gc.collect()
+    held = mx.get_active_memory() - before  # the block buffers: 50 times more
+    assert snapshot_bytes(taken) <= held < 1.1 * snapshot_bytes(taken)

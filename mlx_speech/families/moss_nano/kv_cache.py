@@ -48,8 +48,15 @@ Snapshot = list[tuple[mx.array, mx.array]]
 
 
 def snapshot(caches: list[BlockKVCache]) -> Snapshot:
-    """The filled part of each layer's keys and values, evaluated."""
-    taken = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in caches]
+    """The filled part of each layer's keys and values, evaluated, in arrays
+    of their own (a slice would keep the whole block-sized buffer alive)."""
+    taken = [
+        (
+            mx.contiguous(c.keys[..., : c.offset, :]),
+            mx.contiguous(c.values[..., : c.offset, :]),
+        )
+        for c in caches
+    ]
     mx.eval(taken)
     return taken
 
