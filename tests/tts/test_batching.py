@@ -317,8 +317,10 @@ def test_a_job_that_arrives_during_a_round_joins_its_step():
     first.start()
     assert first_started.wait(10)
     others = [threading.Thread(target=read, args=(name,)) for name in "bcd"]
-    for reader in others:
+    for waiting, reader in enumerate(others, start=1):
         reader.start()
+        while engine.load[1] < waiting:  # queued in this order
+            time.sleep(0.001)
     for reader in [first, *others]:
         reader.join(timeout=10)
     assert outputs == {name: [name] for name in "abcd"}
@@ -358,9 +360,10 @@ def test_jobs_that_end_at_once_do_not_hold_up_a_rounds_step():
     readers[0].start()
     while not engine.load[0]:
         time.sleep(0.01)
-    for reader in readers[1:]:
+    for waiting, reader in enumerate(readers[1:], start=1):
         reader.start()
-        time.sleep(0.02)  # in order
+        while engine.load[1] < waiting:  # queued in this order
+            time.sleep(0.001)
     for reader in readers:
         reader.join(timeout=10)
     assert events[:3] == ["short0", "short1", "step"]
