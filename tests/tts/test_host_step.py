@@ -22,6 +22,7 @@ from mlx_speech.families.moss_nano.sampling import (
     HeadSampler,
     KeySequence,
     _filtered_draw,
+    draw_uniforms,
 )
 from mlx_speech.families.moss_nano.service import TEXT_HEAD
 
@@ -265,9 +266,26 @@ def test_host_draws_equal_mlxs_even_with_a_tie_at_the_top_k_boundary(host, sampl
         assert host._kernels.draw(logits, sampler, uniform) == theirs.item()
 
 
-@pytest.mark.parametrize("broken", ["products", "draw"])
+def test_host_uniforms_and_keys_are_mlxs(host):
+    """The uniforms of a frame's draws, taken on the host from MLX keys, and
+    the keys they leave: MLX's bit for bit."""
+    for count in (1, 4, 17):
+        seeds = [count * 100 + index for index in range(30)]
+        theirs = [KeySequence(seed) for seed in seeds]
+        ours = [KeySequence(seed) for seed in seeds]
+        expected = np.array(draw_uniforms(theirs, count))[:, :, 0]
+        keys = np.stack([sequence.words() for sequence in ours])
+        np.testing.assert_array_equal(host._kernels.uniforms(keys, count), expected)
+        for sequence, words in zip(ours, keys, strict=True):
+            sequence.continue_from(words)
+        for mine, reference in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(np.array(mine.next()), np.array(reference.next()))
+
+
+@pytest.mark.parametrize("broken", ["products", "draw", "uniforms"])
 def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypatch, broken):
-    """One product a ulp off, or one draw a token off: frames stay in MLX."""
+    """One product a ulp off, one draw a token off, or one uniform a ulp
+    off: frames stay in MLX."""
     from mlx_speech.families.moss_nano.host_kernels import Kernels
 
     honest = getattr(Kernels, broken)

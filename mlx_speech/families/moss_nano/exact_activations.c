@@ -663,6 +663,53 @@ void pick_rows(float *logits, count_t rows, count_t n, const unsigned char *cons
     }
 }
 
+/* ---- The draws' uniforms, as MLX's random keys give them ----
+ *
+ * An MLX key is two words, used as the key of a Threefry-2x32 hash (20
+ * rounds). split(key) hashes the counter pairs (0, 2) and (1, 3) under it:
+ * the next key is the two hashes' first words, the subkey their second
+ * words. uniform(shape=(1,), key) is the first word of the hash of (0, 0)
+ * as a float32, times 2^-32, at most the float below 1. */
+
+static inline uint32_t rotated(uint32_t x, int by) { return (x << by) | (x >> (32 - by)); }
+
+static void threefry(const uint32_t key[2], uint32_t a, uint32_t b, uint32_t out[2]) {
+    static const int turns[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+    const uint32_t schedule[3] = {key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDAu};
+    a += schedule[0];
+    b += schedule[1];
+    for (int group = 0; group < 5; group++) {
+        for (int turn = 0; turn < 4; turn++) {
+            a += b;
+            b = rotated(b, turns[group % 2][turn]) ^ a;
+        }
+        a += schedule[(group + 1) % 3];
+        b += schedule[(group + 2) % 3] + (uint32_t)group + 1;
+    }
+    out[0] = a;
+    out[1] = b;
+}
+
+/* For each of sequences keys (two words each, advanced in place), the
+ * uniforms of its next count subkeys: out[i * sequences + s]. */
+void draw_uniforms(uint32_t *keys, count_t sequences, count_t count, float *out) {
+    const float below_one = 0x1.fffffep-1f;
+    for (count_t s = 0; s < sequences; s++) {
+        uint32_t *key = keys + 2 * s;
+        for (count_t i = 0; i < count; i++) {
+            uint32_t first[2], second[2], bits[2];
+            threefry(key, 0, 2, first);
+            threefry(key, 1, 3, second);
+            const uint32_t subkey[2] = {first[1], second[1]};
+            key[0] = first[0];
+            key[1] = second[0];
+            threefry(subkey, 0, 0, bits);
+            float value = (float)bits[0] * 0x1p-32f;
+            out[i * sequences + s] = value < below_one ? value : below_one;
+        }
+    }
+}
+
 /* ---- Products of our own, for sampling requests ----
  *
  * out[r][o] = x[r] . w[o] (+ bias[o]) in an order fixed per row and output:

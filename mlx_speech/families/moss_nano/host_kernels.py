@@ -63,6 +63,7 @@ class Kernels:
             "block_rows": "bnpppppppip:v",
             "block_prompt": "bnpppnnppp:v",
             "pick_rows": "pnnpppppppppp:v",
+            "draw_uniforms": "pnnp:v",
         }
         types = {"p": POINTER, "n": COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
         types["b"], types["v"] = ctypes.POINTER(Block), None
@@ -160,6 +161,14 @@ class Kernels:
             )
             codes[row] = draw.item()
         return codes
+
+    def uniforms(self, keys: np.ndarray, count: int) -> np.ndarray:
+        """The uniforms MLX draws from the next ``count`` subkeys of each of
+        ``keys`` (MLX keys, ``[sequences, 2]`` uint32, advanced in place) →
+        ``[count, sequences]``."""
+        out = np.empty((count, len(keys)), dtype=np.float32)
+        self.draw_uniforms(keys.ctypes.data, len(keys), count, out.ctypes.data)
+        return out
 
     def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
         """``sampling._filtered_draw`` of one row."""

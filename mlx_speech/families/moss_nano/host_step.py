@@ -6,8 +6,8 @@ piece is a graph evaluated on its own stream thread, and the waits between
 them cost about as much as the products. Here the whole frame runs on the
 worker thread: each block is one call into the C library
 (``exact_activations.c``: layer norm, rotation, attention and GELU as MLX
-computes them), and each head's draw is in C too; only the frame's uniforms
-come from MLX (the requests' keys are MLX's), all in one graph. A request's
+computes them), and each head's draw is in C too, with the uniforms MLX
+draws from the requests' keys (its Threefry hash, in C). A request's
 prompt runs on its own, all its rows through each product at once with
 sgemm's numbers.
 
@@ -27,9 +27,9 @@ differ from MLX's in the last bits (the codes almost never:
 
 Before use, each product shape's lone order is compared bit for bit with
 ``sgemm`` of each row alone (a shape that differs takes ``sgemm`` over the
-stacked rows), the host step with MLX's on this machine's BLAS, and the own
-product with float64 sums (``host_step``); any difference and frames stay in
-MLX.
+stacked rows), the host step with MLX's on this machine's BLAS, the draws
+and their uniforms with MLX's, and the own product with float64 sums
+(``host_step``); any difference and frames stay in MLX.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from .host_kernels import (
     trust_lone_shapes,
 )
 from .kv_cache import BLOCK, BlockKVCache, block_caches
-from .sampling import HeadSampler, _filtered_draw, draw_uniforms, is_random
+from .sampling import HeadSampler, KeySequence, _filtered_draw, draw_uniforms, is_random
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -380,9 +380,11 @@ class HostStep:
         draws: list[Iterator[float]] = [iter(()) for _ in jobs]
         for count in set(counts) - {0}:
             members = [index for index, own in enumerate(counts) if own == count]
-            values = np.array(draw_uniforms([jobs[index].keys for index in members], count))
+            keys = np.stack([jobs[index].keys.words() for index in members])
+            values = self._kernels.uniforms(keys, count)
             for position, index in enumerate(members):
-                draws[index] = iter(values[:, position, 0].tolist())
+                jobs[index].keys.continue_from(keys[position])
+                draws[index] = iter(values[:, position].tolist())
         return draws
 
     def _pick(self, logits: np.ndarray, sampler: HeadSampler, uniforms) -> int:
@@ -418,6 +420,21 @@ def _draws_match(kernels: Kernels, generator: np.random.Generator) -> bool:
     return True
 
 
+def _uniforms_match(kernels: Kernels) -> bool:
+    """The host's uniforms, and the keys they leave, against MLX's
+    ``draw_uniforms`` for a few seeds and counts of draws."""
+    for seeds, count in (((0, 1, 2**40 + 3), 1), ((5, 6, 7, 8), 17), ((9,), 3)):
+        theirs = [KeySequence(seed) for seed in seeds]
+        ours = [KeySequence(seed) for seed in seeds]
+        expected = np.array(draw_uniforms(theirs, count))[:, :, 0]
+        keys = np.stack([sequence.words() for sequence in ours])
+        if not np.array_equal(kernels.uniforms(keys, count), expected):
+            return False
+        if not np.array_equal(keys, np.stack([sequence.words() for sequence in theirs])):
+            return False
+    return True
+
+
 def host_step(model: Model, blas: str | None = None) -> HostStep | None:
     """The host step for ``model`` with the BLAS library at ``blas`` (by
     default the one MLX runs on), or ``None`` where it does not apply
@@ -447,6 +464,7 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
     if (
         _matches_mlx(host, model)
         and _draws_match(host._kernels, generator)
+        and _uniforms_match(host._kernels)
         and own_product_sound(host._kernels, generator)
     ):
         return host

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 
 class KeySequence:
@@ -20,6 +21,15 @@ class KeySequence:
     def next(self) -> mx.array:
         self._key, subkey = mx.random.split(self._key)
         return subkey
+
+    def words(self) -> np.ndarray:
+        """The current key's two words."""
+        return np.array(self._key, dtype=np.uint32)
+
+    def continue_from(self, words: np.ndarray) -> None:
+        """Go on from the key ``words``, where this sequence's draws taken
+        elsewhere (on the host) left it."""
+        self._key = mx.array(words, dtype=mx.uint32)
 
 
 def draw_uniforms(sequences: list[KeySequence], count: int) -> mx.array:
