@@ -160,7 +160,11 @@ class Engine:
         most ``most``) while there is room; → the jobs started."""
         self._active = [job for job in self._active if not job.finished]
         started: list[Job] = []
-        while self._waiting and self._free_slots(self._active) and most != len(started):
+        while (
+            self._waiting
+            and self._free_slots(self._active)
+            and (most is None or len(started) < most)
+        ):
             started.append(self._waiting.popleft())
             self._active.append(started[-1])
         return started

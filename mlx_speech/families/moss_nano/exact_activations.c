@@ -249,11 +249,18 @@ static int helper_ready(void) {
     return 1;
 }
 
-/* run(argument, piece) for each piece < pieces, here and on the helper (all
- * here if it cannot start); linger: a frame step's work. */
-static void in_pieces(piece_fn run, const void *argument, count_t pieces, int linger) {
+/* run(argument, piece) for each piece of length of items, here and on the
+ * helper (all here if there is one piece or the helper cannot start);
+ * linger: a frame step's work. */
+static void in_pieces(piece_fn run, const void *argument, count_t items, count_t length,
+                      int linger) {
+    count_t pieces = length ? (items + length - 1) / length : 0;
+    if (pieces == 1) {
+        run(argument, 0);
+        return;
+    }
     pthread_mutex_lock(&helper.call);
-    if (pieces < 2 || !helper_ready()) {
+    if (pieces == 0 || !helper_ready()) {
         pthread_mutex_unlock(&helper.call);
         for (count_t piece = 0; piece < pieces; piece++) run(argument, piece);
         return;
@@ -287,14 +294,18 @@ static count_t piece_length(count_t items, count_t unit) {
     return (units + PIECES - 1) / PIECES * unit;
 }
 
+/* Where the piece of length starting at first ends, in items. */
+static inline count_t piece_end(count_t first, count_t length, count_t items) {
+    return items - first < length ? items : first + length;
+}
+
 typedef void (*span_fn)(const float *, float *, count_t, count_t);
 struct span { span_fn fn; const float *x; float *out; count_t n, width, length; };
 
 static void run_span(const void *argument, count_t piece) {
     const struct span *s = argument;
     count_t first = piece * s->length;
-    count_t n = s->n - first < s->length ? s->n - first : s->length;
-    s->fn(s->x + first, s->out + first, n, s->width);
+    s->fn(s->x + first, s->out + first, piece_end(first, s->length, s->n) - first, s->width);
 }
 
 /* Arrays of at least least floats in pieces of whole rows of width, shared
@@ -302,13 +313,9 @@ static void run_span(const void *argument, count_t piece) {
 static void in_shares(span_fn fn, const float *x, float *out, count_t n, count_t width,
                       count_t least, int linger) {
     count_t unit = width > 1 ? width : 64; /* a lone value's pieces: whole cache lines */
-    if (n < least || n < 2 * unit) {
-        fn(x, out, n, width);
-        return;
-    }
-    count_t length = piece_length(n, unit);
+    count_t length = n < least || n < 2 * unit ? n : piece_length(n, unit);
     struct span whole = {fn, x, out, n, width, length};
-    in_pieces(run_span, &whole, (n + length - 1) / length, linger);
+    in_pieces(run_span, &whole, n, length, linger);
 }
 
 static void gelu_tanh_rows(const float *x, float *out, count_t n, count_t width) {
@@ -883,6 +890,15 @@ static void own_outputs(const float *x, count_t rows, const float *w, const floa
 /* Products under this many weights stay on one thread. */
 #define OWN_SPLIT_WEIGHTS 65536
 
+/* Pieces of outputs take whole tiles, a lone row's and the chained ones'. */
+enum { OUTS_UNIT = 16 };
+
+/* The outputs each piece of a product of outs * ins weights takes. */
+static count_t outputs_piece_length(count_t outs, count_t ins) {
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUTS_UNIT) return outs;
+    return piece_length(outs, OUTS_UNIT);
+}
+
 struct own_work {
     const float *x, *w, *bias;
     float *out;
@@ -892,23 +908,15 @@ struct own_work {
 static void run_own(const void *argument, count_t piece) {
     const struct own_work *p = argument;
     count_t first = piece * p->length;
-    count_t last = p->outs - first < p->length ? p->outs : first + p->length;
     own_outputs(p->x, p->rows, p->w, p->bias, p->out, p->outs, p->ins, p->quartered, first,
-                last);
+                piece_end(first, p->length, p->outs));
 }
-
-/* Pieces of outputs take whole tiles, a lone row's and the chained ones'. */
-enum { OUTS_UNIT = 16 };
 
 static void sixteen_sums_product(const float *x, count_t rows, const float *w, const float *bias,
                                  float *out, count_t outs, count_t ins, count_t quartered) {
-    struct own_work whole = {x, w, bias, out, rows, outs, ins, quartered, outs};
-    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUTS_UNIT) {
-        run_own(&whole, 0);
-        return;
-    }
-    whole.length = piece_length(outs, OUTS_UNIT);
-    in_pieces(run_own, &whole, (outs + whole.length - 1) / whole.length, 1);
+    struct own_work whole = {x, w, bias, out, rows, outs, ins, quartered,
+                             outputs_piece_length(outs, ins)};
+    in_pieces(run_own, &whole, outs, whole.length, 1);
 }
 
 void own_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
@@ -1054,7 +1062,7 @@ struct chain_work {
 static void run_chains(const void *argument, count_t piece) {
     const struct chain_work *p = argument;
     count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES, o = piece * p->length;
-    count_t last = p->outs - o < p->length ? p->outs : o + p->length;
+    count_t last = piece_end(o, p->length, p->outs);
 #if defined(__AVX2__) && defined(__FMA__)
     if (p->lone)
         for (; o + 16 <= last; o += 16) lone_chains(p->lone, p->w, p->bias, p->out, p->ins, o);
@@ -1092,13 +1100,9 @@ void chained_product(const float *x, count_t rows, const float *w, const float *
                 xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
             }
     const float *lone = rows == 1 ? x : NULL;
-    struct chain_work whole = {xt, lone, w, bias, out, rows, outs, ins, outs};
-    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUTS_UNIT) {
-        run_chains(&whole, 0);
-    } else {
-        whole.length = piece_length(outs, OUTS_UNIT);
-        in_pieces(run_chains, &whole, (outs + whole.length - 1) / whole.length, 1);
-    }
+    struct chain_work whole = {xt, lone, w, bias, out, rows, outs, ins,
+                               outputs_piece_length(outs, ins)};
+    in_pieces(run_chains, &whole, outs, whole.length, 1);
     free(xt);
 }
 
