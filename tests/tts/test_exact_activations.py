@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import platform
 import shutil
 import sys
 
@@ -97,6 +99,47 @@ def test_both_gelus_equal_mlx_bit_for_bit(shape):
     assert (_bits(kernels.gelu_tanh(values)) == _bits(gelu_new(values))).all()
     assert (_bits(kernels.gelu_erf(values)) == _bits(_exact_gelu(values))).all()
     assert kernels.gelu_tanh(values).shape == shape
+
+
+def _cubes(kernels, x: np.ndarray) -> np.ndarray:
+    entry = kernels.library.cubes
+    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+    out = np.empty_like(x)
+    entry(x.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+@needs_library
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the port is of x86-64's powf")
+def test_the_cube_port_gives_powf_even_where_powf_is_not_the_rounded_cube():
+    kernels = library.exact_activations()
+    assert kernels.cubes_ported
+    generator = np.random.default_rng(11)
+    magnitudes = 2.0 ** generator.uniform(-41, 41, 1 << 20)
+    signs = np.where(generator.random(magnitudes.size) < 0.5, -1.0, 1.0)
+    edges = [2.0**-41, 2.0**41, 2.0**-42, 2.0**42, 1e-40, 0.0, np.inf, np.nan, 1e30]
+    x = np.concatenate([edges, np.negative(edges), signs * magnitudes]).astype(np.float32)
+    theirs = np.asarray(mx.power(mx.array(x), 3))
+    with np.errstate(over="ignore"):  # the cubes of the large edges
+        rounded = (x.astype(np.float64) ** 3).astype(np.float32)
+    assert np.count_nonzero(rounded.view(np.int32) != theirs.view(np.int32)) > 50
+    ours = _cubes(kernels, x)
+    assert np.array_equal(ours.view(np.int32), theirs.view(np.int32))
+
+
+@needs_library
+def test_a_cube_port_that_differs_from_mlx_is_not_used(monkeypatch):
+    kernels = library.exact_activations()
+    monkeypatch.setattr(library, "_checked", lambda *arguments: None)
+    try:
+        assert library._port_cubes(kernels.library, [library._probe()]) is False
+        values = _values(3 * 4099, seed=5)
+        theirs = np.asarray(mx.power(values, 3))
+        assert np.array_equal(_cubes(kernels, np.asarray(values)), theirs)
+        values = values.reshape(3, 4099)
+        assert (_bits(kernels.gelu_tanh(values)) == _bits(gelu_new(values))).all()
+    finally:
+        kernels.library.port_cubes(int(kernels.cubes_ported))
 
 
 def test_the_transformer_and_codec_activations_take_them_with_mlx_numbers():

@@ -8,8 +8,10 @@ a prompt's forward; the codec's exact GELU (erf) and its attention's softmax
 (exp) most of encoding a reference clip and of decoding. ``exact_activations.c``
 computes them number for number as MLX does, vectorized: measured here on
 8 × 3072 values, the GELU with erf takes 33 µs instead of 980, the one with
-tanh 321 instead of 927 (``pow`` stays the C library's); attention over
-4 heads × 1216 × 1216 scores, composed with this softmax, 58 ms instead of 131.
+tanh 125 instead of 655 (its cubes from a port of the ``powf`` glibc runs on
+x86-64 with FMA, checked on all 2^32 inputs by ``bench/check_cubes.py``;
+elsewhere ``powf`` itself); attention over 4 heads × 1216 × 1216 scores,
+composed with this softmax, 58 ms instead of 131.
 
 The library is compiled with the system's C compiler (``$CC``, else ``cc``)
 the first time it is needed on a machine and kept in the user's cache
@@ -66,6 +68,7 @@ class ExactActivations:
     def __init__(self, library: ctypes.CDLL):
         self.library = library  # its other entries are checked where they are used
         probes = [_probe()]
+        self.cubes_ported = _port_cubes(library, [*probes, _wide_probe()])
         self.gelu_tanh = _checked(
             _host_function(library.gelu_tanh), gelu_new, "gelu_tanh", probes
         )
@@ -218,6 +221,21 @@ def _checked(
     return function
 
 
+def _port_cubes(library: ctypes.CDLL, probes: list[mx.array]) -> bool:
+    """Has the library take ``gelu_new``'s cubes from its vectorized port of
+    glibc's ``powf`` where that is the variant it reproduces and gives MLX's
+    ``x ** 3`` on ``probes``; else from ``powf`` itself."""
+    library.port_cubes.argtypes = [ctypes.c_int]
+    library.port_cubes.restype = ctypes.c_int
+    if not library.port_cubes(1):
+        return False
+    cubes = _host_function(library.cubes)
+    if _checked(cubes, lambda x: mx.power(x, 3), "the ported cube", probes) is None:
+        library.port_cubes(0)
+        return False
+    return True
+
+
 def _attention_matches(softmax: HostFunction) -> bool:
     """The composition against MLX's own attention: one query row and many,
     no mask, masks of float32's lowest value and of minus infinity."""
@@ -254,6 +272,15 @@ def _softmax_probe() -> list[mx.array]:
         row[generator.random((4, width)) < 0.2] += np.finfo(np.float32).min
         rows.append(row.astype(np.float32))
     return [mx.array(row) for row in rows]
+
+
+def _wide_probe() -> mx.array:
+    """Float32 values from 2^-48 to 2^48, both signs: across both ends of the
+    cube port's range."""
+    generator = np.random.default_rng(1)
+    magnitudes = 2.0 ** generator.uniform(-48, 48, _PROBE_SIZE)
+    signs = np.where(generator.random(_PROBE_SIZE) < 0.5, -1.0, 1.0)
+    return mx.array((signs * magnitudes).astype(np.float32))
 
 
 def _probe() -> mx.array:
