@@ -97,7 +97,7 @@ def wait_for_state(page, state: str, timeout: float = 120_000) -> None:
 
 
 def test_the_page_plays_audio_while_it_is_generated(page):
-    frames = 400  # long enough that generation is still running when playback starts
+    frames = 1200  # generation goes on for seconds after playback starts
     speak(page, "A longer text, to hear while it is generated.", frames)
     wait_for_state(page, "streaming", 10_000)
     wait_for_state(page, "done")
