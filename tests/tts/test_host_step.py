@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_audio.tts.utils import load_model
 
+from mlx_speech.families.moss_nano import host_step as host_step_module
 from mlx_speech.families.moss_nano.host_step import HostStep, host_step
 from mlx_speech.families.moss_nano.loop import FrameJob, FrameSampling, step
 from mlx_speech.families.moss_nano.loop import frames as loop_frames
@@ -143,6 +145,50 @@ def test_jobs_together_get_mlxs_codes_and_their_own(model, host):
             for text, audio, frames, seed, words, _ in _COMPANY
         ]
         assert ours == alone
+
+
+def test_prompts_that_join_together_share_products_and_keep_their_codes(
+    model, host, monkeypatch
+):
+    """Jobs that start in one round have their prompts' rows stacked in each
+    product; each gets the codes it gets alone."""
+    texts = ["Hello there, how are you?", "Short.", "One that joins late."]
+    specs = [(TEXT_HEAD, SAMPLED, 6, seed, words) for seed, words in enumerate(texts)]
+    stacked: list[int] = []
+    stacking = host._global_prompts
+
+    def recording(hosts):
+        stacked.append(len(hosts))
+        return stacking(hosts)
+
+    monkeypatch.setattr(host, "_global_prompts", recording)
+    monkeypatch.setattr(host_step_module, "STACKED_ROWS", 512)  # 336 rows: all three
+    jobs = [
+        FrameJob(model, _prompt(model, words), _sampling(t, a, n), KeySequence(seed))
+        for t, a, n, seed, words in specs
+    ]
+    together: list[list[list[int]]] = [[] for _ in jobs]
+    while not all(job.done for job in jobs):
+        running = [job for job in jobs if not job.done]
+        step(model, running, host)
+        for job, codes in zip(jobs, together, strict=True):
+            if job in running and job.frame is not None:
+                codes.append(job.frame.tolist())
+    assert stacked[0] == 3  # all three prompts in one pass
+    monkeypatch.undo()
+    alone = [_codes(model, host, *spec) for spec in specs]
+    assert together == alone
+    assert alone == [_codes(model, None, *spec) for spec in specs]
+
+
+def test_prompts_stack_in_order_up_to_the_row_bound_and_short_ones_alone(host, monkeypatch):
+    lengths = [200, 56, 40, 240, 2, 300]  # 2: OpenBLAS's small kernel takes it alone
+    hosts = [SimpleNamespace(rows=np.zeros((count, 1))) for count in lengths]
+    monkeypatch.setattr(host_step_module, "STACKED_ROWS", 256)
+    groups = host._prompt_groups(hosts, list(range(len(hosts))))
+    assert groups == [[0, 1], [2], [3], [5], [4]]
+    monkeypatch.setattr(host, "_stacking", False)  # the load check found otherwise
+    assert host._prompt_groups(hosts, [0, 1, 2]) == [[0], [1], [2]]
 
 
 def test_own_products_are_the_same_whatever_rows_share_them(host):

@@ -61,7 +61,7 @@ class _SlowGlobalStep:
         transformer.ln_f = self
         host = service._batch._host
         if host is not None:
-            for name in ("_global_prompt", "_global_rows"):
+            for name in ("_global_prompts", "_global_rows"):
                 setattr(host, name, self._slowing(getattr(host, name)))
 
     def _slowing(self, global_step):

@@ -707,28 +707,42 @@ static void after_attention(const struct block *b, count_t rows, float *x,
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }
 
-/* x (rows * width floats) through the block at positions start.., in place;
- * cos and sin: rows * dim floats (NULL: no rotation). work: rows * (6 * width
- * + 2 * inner + 2 * dim + start + rows) floats. */
-void block_prompt(const struct block *b, count_t rows, float *x, float *keys, float *values,
-                  count_t capacity, count_t start, const float *cos, const float *sin,
-                  float *work) {
+/* Several prompts' rows through the block, in place: x holds prompt p's
+ * rows[p] rows (width floats each) after prompt p - 1's. Each product runs
+ * once over all of them (rows_product: the Python side lets prompts share
+ * it only where that gives each row its own prompt's numbers); prompt p's
+ * rows sit at positions starts[p].. and attend over its own cache (keys[p],
+ * values[p], capacities[p]). cos and sin: dim floats for every row, in x's
+ * order (NULL: no rotation). work: total * (6 * width + 2 * inner) + most *
+ * (2 * dim + longest) floats, with total the rows of all prompts, most the
+ * rows of the longest and longest the largest starts[p] + rows[p]. */
+void block_prompts(const struct block *b, count_t count, const count_t *rows, float *x,
+                   float *const *keys, float *const *values, const count_t *capacities,
+                   const count_t *starts, const float *cos, const float *sin, float *work) {
     count_t width = b->width, dim = width / b->heads, inner_width = b->inner;
-    float *normed = work, *qkv = normed + rows * width, *attended = qkv + 3 * rows * width;
-    float *inner = attended + rows * width, *activated = inner + rows * inner_width;
-    float *scaled = activated + rows * inner_width, *gathered = scaled + rows * dim;
-    float *scores = gathered + rows * dim, *projected = scores + rows * (start + rows);
-    layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
-    rows_product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
-    for (count_t r = 0; r < rows; r++) {
-        float *row = qkv + r * 3 * width;
-        place_row(width, b->heads, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL,
-                  keys, values, capacity, start + r);
-        memcpy(normed + r * width, row, width * sizeof(float)); /* the queries, packed */
+    count_t total = 0, most = 0;
+    for (count_t p = 0; p < count; p++) {
+        total += rows[p];
+        most = rows[p] > most ? rows[p] : most;
     }
-    attend_rows(normed, rows, keys, values, b->heads, capacity, start, 0, dim, b->scale, scaled,
-                scores, attended, gathered);
-    after_attention(b, rows, x, attended, rows_product, normed, projected, inner, activated,
+    float *normed = work, *qkv = normed + total * width, *attended = qkv + 3 * total * width;
+    float *inner = attended + total * width, *activated = inner + total * inner_width;
+    float *projected = activated + total * inner_width, *scaled = projected + total * width;
+    float *gathered = scaled + most * dim, *scores = gathered + most * dim;
+    layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, total * width, width);
+    rows_product(normed, total, b->attn_w, b->attn_b, qkv, 3 * width, width);
+    for (count_t p = 0, first = 0; p < count; first += rows[p], p++) {
+        for (count_t r = first; r < first + rows[p]; r++) {
+            float *row = qkv + r * 3 * width;
+            place_row(width, b->heads, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL,
+                      keys[p], values[p], capacities[p], starts[p] + r - first);
+            memcpy(normed + r * width, row, width * sizeof(float)); /* the queries, packed */
+        }
+        attend_rows(normed + first * width, rows[p], keys[p], values[p], b->heads, capacities[p],
+                    starts[p], 0, dim, b->scale, scaled, scores, attended + first * width,
+                    gathered);
+    }
+    after_attention(b, total, x, attended, rows_product, normed, projected, inner, activated,
                     LARGE, 0);
 }
 
@@ -1243,7 +1257,7 @@ count_t trust_lone(count_t outs, count_t ins) { return trust(outs, ins, LONE); }
 
 /* Where OpenBLAS takes its small-matrix kernel for this call's transposes:
  * few enough multiply-adds and outputs. */
-static int small_kernel_takes(count_t rows, count_t outs, count_t ins) {
+count_t small_kernel_takes(count_t rows, count_t outs, count_t ins) {
     return (double)rows * outs * ins <= 1e6 && rows * outs <= 1200 && ins >= 32;
 }
 

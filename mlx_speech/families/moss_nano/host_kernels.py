@@ -53,6 +53,7 @@ class Kernels:
             "sgemm_product": "pnpppnn:v",
             "chained_product": "pnpppnn:v",
             "chained_applies": "nnn:n",
+            "small_kernel_takes": "nnn:n",
             "trust_chained": "nn:n",
             "lone_product": "pnpppnn:v",
             "lone_order_product": "pnpppnn:v",
@@ -61,7 +62,7 @@ class Kernels:
             "own_product": "pnpppnn:v",
             "layer_norm": "pppfpnn:v",
             "block_rows": "bnpppppppip:v",
-            "block_prompt": "bnpppnnppp:v",
+            "block_prompts": "bnppppppppp:v",
             "pick_rows": "pnnpppppppppp:v",
             "draw_uniforms": "pnnp:v",
         }
@@ -222,6 +223,32 @@ def trust_chained_shapes(kernels: Kernels, shapes, generator: np.random.Generato
             for added in (bias, None)
         ):
             kernels.trust_chained(outs, ins)
+
+
+# Prompts' row counts, stacked in one product: within the chained bound and
+# past it, and one prompt long enough to be chained alone beside short ones.
+_STACKED_COUNTS = ((17, 23), (38, 30), (5, 64, 9))
+
+
+def stacking_holds(kernels: Kernels, shapes, generator: np.random.Generator) -> bool:
+    """Whether ``rows_product`` gives the rows of several prompts, stacked,
+    each the numbers of its own prompt's product, for each of ``shapes``
+    (outs, ins) with a bias: so prompts may share their products. A prompt
+    that OpenBLAS's small-matrix kernel would take alone never shares."""
+    for outs, ins in sorted(shapes):
+        w = generator.standard_normal((outs, ins), dtype=np.float32)
+        bias = generator.standard_normal(outs, dtype=np.float32)
+        for counts in _STACKED_COUNTS:
+            if any(kernels.small_kernel_takes(count, outs, ins) for count in counts):
+                continue
+            x = generator.standard_normal((sum(counts), ins), dtype=np.float32)
+            stacked = kernels.through(kernels.rows_product, x, w, bias)
+            ends = np.cumsum(counts)
+            for start, end in zip(ends - counts, ends, strict=True):
+                alone = kernels.through(kernels.rows_product, x[start:end], w, bias)
+                if not np.array_equal(stacked[start:end], alone):
+                    return False
+    return True
 
 
 def trust_lone_shapes(kernels: Kernels, shapes, generator: np.random.Generator) -> bool:

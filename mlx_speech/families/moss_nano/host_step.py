@@ -55,6 +55,7 @@ from .host_kernels import (
     Kernels,
     host_view,
     own_product_sound,
+    stacking_holds,
     trust_chained_shapes,
     trust_lone_shapes,
 )
@@ -62,6 +63,10 @@ from .kv_cache import BLOCK, BlockKVCache, block_caches
 from .sampling import HeadSampler, KeySequence, _filtered_draw, draw_uniforms, is_random
 
 log = logging.getLogger("mlx_speech.engine")
+
+# The most prompt rows stacked in one product (the scratch of a block grows
+# by about 43 KB a row at Nano's size).
+STACKED_ROWS = 256
 
 
 @dataclass
@@ -184,9 +189,13 @@ class HostStep:
     """The host side of one Nano model: its transformers' blocks, heads and
     embedding tables, and the library's checked functions."""
 
-    def __init__(self, model: Model, kernels: Kernels, own_for_sampling: bool):
+    def __init__(
+        self, model: Model, kernels: Kernels, own_for_sampling: bool, stacking: bool
+    ):
         self._kernels = kernels
         self.own_for_sampling = own_for_sampling
+        self._stacking = stacking  # prompts may share their products
+        self._prompt_shapes = _prompt_shapes(model)
         self._global = _Transformer(model.transformer)
         self._local = _Transformer(model.local_transformer)
         config = model.config
@@ -216,9 +225,9 @@ class HostStep:
         hosts = [enter_host(job, heads, dim) for job in jobs]
         hidden = np.empty((len(jobs), self._global.width), np.float32)
         single = [index for index, host in enumerate(hosts) if len(host.rows) == 1]
-        for index, host in enumerate(hosts):
-            if len(host.rows) > 1:
-                hidden[index] = self._global_prompt(host)
+        prompts = [index for index, host in enumerate(hosts) if len(host.rows) > 1]
+        for group in self._prompt_groups(hosts, prompts):
+            hidden[group] = self._global_prompts([hosts[index] for index in group])
         if single:
             hidden[single] = self._global_rows([hosts[index] for index in single], own)
         self._frame(jobs, hosts, hidden, own)
@@ -270,19 +279,59 @@ class HostStep:
         job.frame = mx.array(codes, dtype=mx.int32)
         job.frames_done += 1
 
-    def _global_prompt(self, host: HostJob) -> np.ndarray:
-        """The global transformer over a job's prompt rows, each product one
-        sgemm over all of them as MLX would run it → the last row's hidden
-        state."""
-        host.room()
-        transformer, count = self._global, len(host.rows)
-        positions = np.arange(host.length, host.length + count)
-        x = transformer.with_positions(host.rows, positions)
+    def _prompt_groups(self, hosts: list[HostJob], prompts: list[int]) -> list[list[int]]:
+        """The jobs on their prompts (``prompts``: indices into ``hosts``) in
+        groups whose rows share each product: in order, up to
+        ``STACKED_ROWS`` rows a group; alone, a prompt whose numbers could
+        change beside others."""
+        groups: list[list[int]] = []
+        alone: list[list[int]] = []
+        stacked = 0
+        for index in prompts:
+            count = len(hosts[index].rows)
+            if not self.stacks(count):
+                alone.append([index])
+            elif groups and stacked + count <= STACKED_ROWS:
+                groups[-1].append(index)
+                stacked += count
+            else:
+                groups.append([index])
+                stacked = count
+        return groups + alone
+
+    def stacks(self, count: int) -> bool:
+        """Whether a prompt of ``count`` rows may share its products: where
+        the load check found stacked rows keep their numbers, unless
+        OpenBLAS's small-matrix kernel would take the prompt alone."""
+        return self._stacking and not any(
+            self._kernels.small_kernel_takes(count, outs, ins)
+            for outs, ins in self._prompt_shapes
+        )
+
+    def _global_prompts(self, hosts: list[HostJob]) -> np.ndarray:
+        """The global transformer over jobs' prompt rows, stacked in each
+        product (one sgemm's numbers for each prompt's rows, as MLX would run
+        it) → each job's last row's hidden state, ``[jobs, width]``."""
+        transformer, counts = self._global, [len(host.rows) for host in hosts]
+        for host in hosts:
+            host.room()
+        starts = [host.length for host in hosts]
+        positions = np.concatenate(
+            [
+                np.arange(start, start + count)
+                for start, count in zip(starts, counts, strict=True)
+            ]
+        )
+        rows = np.concatenate([host.rows for host in hosts])
+        x = transformer.with_positions(rows, positions)
         cos, sin = transformer.rotation(positions)
-        for (block, _), (keys, values) in zip(transformer.blocks, host.caches, strict=True):
-            self._prompt_block(block, x, keys, values, host.length, cos, sin)
-        host.length += count
-        return self._final(transformer, x[-1:])[0]
+        work = self._prompt_work(transformer, starts, counts)
+        for layer, (block, _) in enumerate(transformer.blocks):
+            caches = [host.caches[layer] for host in hosts]
+            self._prompt_block(block, x, caches, starts, counts, cos, sin, work)
+        for host, count in zip(hosts, counts, strict=True):
+            host.length += count
+        return self._final(transformer, x[np.cumsum(counts) - 1])
 
     def _global_rows(self, hosts: list[HostJob], own: bool = False) -> np.ndarray:
         """The global transformer over each job's next row → their hidden
@@ -325,19 +374,31 @@ class HostStep:
         final = transformer.final
         return self._kernels.norm(x, final.weight, final.bias, final.eps)
 
-    def _prompt_block(self, block: Block, x, keys, values, start: int, cos, sin) -> None:
-        rows, dim = len(x), block.width // block.heads
-        work = np.empty(
-            rows * (6 * block.width + 2 * block.inner + 2 * dim + start + rows), np.float32
-        )
-        self._kernels.block_prompt(
+    @staticmethod
+    def _prompt_work(transformer: _Transformer, starts, counts) -> np.ndarray:
+        """Scratch for ``block_prompts`` over prompts of ``counts`` rows from
+        positions ``starts``."""
+        block = transformer.blocks[0][0]
+        longest = max(start + count for start, count in zip(starts, counts, strict=True))
+        size = sum(counts) * (6 * block.width + 2 * block.inner)
+        return np.empty(size + max(counts) * (2 * transformer.dim + longest), np.float32)
+
+    def _prompt_block(self, block: Block, x, caches, starts, counts, cos, sin, work):
+        """One block over prompts' rows stacked in ``x``, in place
+        (``caches``: each prompt's keys and values of this layer)."""
+        keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
+        values = np.array([pair[1].ctypes.data for pair in caches], dtype=np.uintp)
+        capacities = np.array([pair[0].shape[1] for pair in caches], dtype=np.int64)
+        starts, counts = (np.array(each, dtype=np.int64) for each in (starts, counts))
+        self._kernels.block_prompts(
             ctypes.byref(block),
-            rows,
+            len(caches),
+            counts.ctypes.data,
             x.ctypes.data,
             keys.ctypes.data,
             values.ctypes.data,
-            keys.shape[1],
-            start,
+            capacities.ctypes.data,
+            starts.ctypes.data,
             _address(cos),
             _address(sin),
             work.ctypes.data,
@@ -460,7 +521,8 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
     shapes = _product_shapes(model)
     trust_chained_shapes(kernels, shapes, generator)  # a prompt's products
     lone_everywhere = trust_lone_shapes(kernels, shapes, generator)
-    host = HostStep(model, kernels, not (exact_asked() or lone_everywhere))
+    stacking = stacking_holds(kernels, _prompt_shapes(model), generator)
+    host = HostStep(model, kernels, not (exact_asked() or lone_everywhere), stacking)
     if (
         _matches_mlx(host, model)
         and _draws_match(host._kernels, generator)
@@ -486,10 +548,18 @@ def _product_shapes(model: Model) -> set[tuple[int, int]]:
     return shapes | {(2, model.config.hidden_size)}  # the text head: slot or end
 
 
+def _prompt_shapes(model: Model) -> set[tuple[int, int]]:
+    """The (outputs, inputs) of a global block's products, a prompt's."""
+    block = model.transformer.h[0]
+    layers = [block.attn.c_attn, block.attn.c_proj, block.mlp.fc_in, block.mlp.fc_out]
+    return {tuple(layer.weight.shape) for layer in layers}
+
+
 def _matches_mlx(host: HostStep, model: Model) -> bool:
     """The host step with MLX's numbers against MLX's frame step on random
     rows, bit for bit: a two-row prompt after a three-row prefix and a row
-    after them; three jobs' rows together, each after a prefix of its own,
+    after them; two prompts stacked, each after a prefix of its own, against
+    each alone; three jobs' rows together, each after a prefix of its own,
     against each job's alone; three local positions for one row and for
     three, against each row's alone; both heads the same way. And the three
     jobs' rows with the library's own products and attention, within
@@ -510,9 +580,22 @@ def _matches_mlx(host: HostStep, model: Model) -> bool:
     for part in (rows(2), rows(1)):
         job.rows = np.array(part[0])
         ours = (
-            host._global_prompt(job) if part.shape[1] > 1 else host._global_rows([job])[0]
+            host._global_prompts([job])[0]
+            if part.shape[1] > 1
+            else host._global_rows([job])[0]
         )
         pairs.append((ours, forward_rows(model.transformer, [part], [caches])[0]))
+    stacking = [count for count in range(2, 65) if host.stacks(count)][:1]
+    for count in stacking:  # the shortest prompt that shares its products
+        jobs, caches = zip(*(prefixed(length) for length in (2, 5)), strict=True)
+        parts = [rows(count), rows(count + 1)]
+        for job, part in zip(jobs, parts, strict=True):
+            job.rows = np.array(part[0])
+        theirs = [
+            forward_rows(model.transformer, [part], [cache])[0]
+            for part, cache in zip(parts, caches, strict=True)
+        ]
+        pairs.append((host._global_prompts(list(jobs)), mx.stack(theirs)))
     jobs, caches = zip(*(prefixed(count) for count in (1, 2, 4)), strict=True)
     own_jobs = [
         HostJob(_host_caches(cache, heads, dim), job.length, None, seen=None)
