@@ -132,6 +132,18 @@ def _codes_in_company(model, host, rounds: int = 24) -> list[list[list[int]]]:
     return codes
 
 
+def _stepped_together(model, jobs, host) -> list[list[list[int]]]:
+    """Each job's codes, ``jobs`` stepped together until all are done."""
+    codes: list[list[list[int]]] = [[] for _ in jobs]
+    while not all(job.done for job in jobs):
+        live = [job for job in jobs if not job.done]
+        step(model, live, host)
+        for job, own in zip(jobs, codes, strict=True):
+            if job in live and job.frame is not None:
+                own.append(job.frame.tolist())
+    return codes
+
+
 def test_jobs_together_get_mlxs_codes_and_their_own(model, host):
     """Stepped together on the host (joining with their prompts, leaving when
     done, the last one alone): each job's codes are those MLX gives the same
@@ -167,13 +179,7 @@ def test_prompts_that_join_together_share_products_and_keep_their_codes(
         FrameJob(model, _prompt(model, words), _sampling(t, a, n), KeySequence(seed))
         for t, a, n, seed, words in specs
     ]
-    together: list[list[list[int]]] = [[] for _ in jobs]
-    while not all(job.done for job in jobs):
-        running = [job for job in jobs if not job.done]
-        step(model, running, host)
-        for job, codes in zip(jobs, together, strict=True):
-            if job in running and job.frame is not None:
-                codes.append(job.frame.tolist())
+    together = _stepped_together(model, jobs, host)
     assert stacked[0] == 3  # all three prompts in one pass
     monkeypatch.undo()
     alone = [_codes(model, host, *spec) for spec in specs]
@@ -247,13 +253,7 @@ def test_jobs_that_stop_beside_others(stopping):
         )
         for seed, words in ((2, "Hello there, how are you?"), (4, "Fine."), (7, "And you?"))
     ]
-    codes: list[list[list[int]]] = [[] for _ in jobs]
-    while not all(job.done for job in jobs):
-        live = [job for job in jobs if not job.done]
-        step(stopping, live, host)
-        for job, own in zip(jobs, codes, strict=True):
-            if job in live and job.frame is not None:
-                own.append(job.frame.tolist())
+    codes = _stepped_together(stopping, jobs, host)
     assert all(job.stopped for job in jobs)
     for (seed, words), own in zip(
         ((2, "Hello there, how are you?"), (4, "Fine."), (7, "And you?")),
