@@ -5,8 +5,8 @@
 For each batch size, that many requests (English and Chinese sentences, half
 greedy, half sampled with a seed) start together and are stepped together on
 the worker as the server steps them (on the host where ``host_step``
-applies, each prompt on its own; else through MLX, the prompts in one
-forward), then each again alone; it counts the requests whose codes differ
+applies, the prompts sharing their products where its load check allows;
+else through MLX, the prompts in one forward), then each again alone; it counts the requests whose codes differ
 and the frames compared. On Linux
 it re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).

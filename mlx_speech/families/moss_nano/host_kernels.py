@@ -225,9 +225,9 @@ def trust_chained_shapes(kernels: Kernels, shapes, generator: np.random.Generato
             kernels.trust_chained(outs, ins)
 
 
-# Prompts' row counts, stacked in one product: within the chained bound and
-# past it, and one prompt long enough to be chained alone beside short ones.
-_STACKED_COUNTS = ((17, 23), (38, 30), (5, 64, 9))
+# Prompts' row counts, stacked in one product: every count to 16 (OpenBLAS's
+# kernels change at 16 rows), within the chained bound and past it.
+_STACKED_COUNTS = (tuple(range(2, 17)), (17, 23), (38, 30), (5, 64, 9), (100, 30))
 
 
 def stacking_holds(kernels: Kernels, shapes, generator: np.random.Generator) -> bool:
