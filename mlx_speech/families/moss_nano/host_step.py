@@ -8,8 +8,10 @@ worker thread: each block is one call into the C library
 (``exact_activations.c``: layer norm, rotation, attention and GELU as MLX
 computes them), and each head's draw is in C too, with the uniforms MLX
 draws from the requests' keys (its Threefry hash, in C). A request's
-prompt runs on its own, all its rows through each product at once with
-sgemm's numbers.
+prompt runs all its rows through each product at once with sgemm's numbers,
+and the prompts of requests that start in one round share each product
+where a load check finds each prompt's rows keep those numbers
+(``stacking_holds``), each prompt attending over its own cache.
 
 Requests stepped together have their rows stacked in each product, in one of
 two kinds, each reading every weight once for all rows (OpenBLAS's sgemm
