@@ -1333,10 +1333,35 @@ static void attend_row_own(const float *q, const float *keys, const float *value
  * over its own cache (keys[r], values[r], capacities[r]) up to and
  * including positions[r], where its keys and values are written. cos and
  * sin: rows * dim floats (NULL: no rotation). work: rows * (5 * width + 2 *
- * inner) + dim + the longest position + 1 floats. */
+ * inner + dim + the longest position + 1) floats. */
 /* A frame's GELU is shared from this many values: two rows' at Nano's size
  * (one row's gained nothing, measured). */
 enum { ROWS_GELU_SPLIT = 4096 };
+
+/* The rows' attention, a row a piece (each its own scratch: scratch_row
+ * floats), shared with the helper thread. */
+struct rows_attention {
+    const struct block *b;
+    float *qkv, *attended, *scratch;
+    float *const *keys, *const *values;
+    const count_t *capacities, *positions;
+    const float *cos, *sin;
+    count_t scratch_row;
+    int own;
+};
+
+static void attend_piece(const void *argument, count_t r) {
+    const struct rows_attention *a = argument;
+    count_t width = a->b->width, heads = a->b->heads, dim = width / heads;
+    float *row = a->qkv + r * 3 * width, *scaled = a->scratch + r * a->scratch_row;
+    place_row(width, heads, row, a->cos ? a->cos + r * dim : NULL,
+              a->cos ? a->sin + r * dim : NULL, a->keys[r], a->values[r], a->capacities[r],
+              a->positions[r]);
+    (a->own ? attend_row_own : attend_row)(row, a->keys[r], a->values[r], heads,
+                                           a->capacities[r], a->positions[r] + 1, dim,
+                                           a->b->scale, scaled, scaled + dim,
+                                           a->attended + r * width);
+}
 
 void block_rows(const struct block *b, count_t rows, float *x, float *const *keys,
                 float *const *values, const count_t *capacities, const count_t *positions,
@@ -1345,17 +1370,14 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     count_t width = b->width, dim = width / b->heads, inner_width = b->inner;
     float *normed = work, *qkv = normed + rows * width, *attended = qkv + 3 * rows * width;
     float *inner = attended + rows * width, *activated = inner + rows * inner_width;
-    float *scaled = activated + rows * inner_width, *scores = scaled + dim;
+    float *scratch = activated + rows * inner_width;
     layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
     product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
-    for (count_t r = 0; r < rows; r++) {
-        float *row = qkv + r * 3 * width;
-        place_row(width, b->heads, row, cos ? cos + r * dim : NULL, cos ? sin + r * dim : NULL,
-                  keys[r], values[r], capacities[r], positions[r]);
-        (own ? attend_row_own : attend_row)(row, keys[r], values[r], b->heads, capacities[r],
-                                            positions[r] + 1, dim, b->scale, scaled, scores,
-                                            attended + r * width);
-    }
+    count_t longest = 0;
+    for (count_t r = 0; r < rows; r++) longest = positions[r] > longest ? positions[r] : longest;
+    struct rows_attention attention = {b, qkv, attended, scratch, keys, values, capacities,
+                                       positions, cos, sin, dim + longest + 1, own};
+    in_pieces(attend_piece, &attention, rows, 1, 1);
     float *projected = normed + rows * width; /* qkv's space, no longer needed */
     after_attention(b, rows, x, attended, product, normed, projected, inner, activated,
                     ROWS_GELU_SPLIT, 1);

@@ -409,8 +409,8 @@ class HostStep:
     def _block(self, block: Block, x, caches, positions, cos, sin, own: bool) -> None:
         """One block over rows of several jobs (``caches``: each one's keys
         and values of this layer), in place."""
-        needed = len(x) * (5 * block.width + 2 * block.inner)
-        needed += block.width // block.heads + int(positions.max()) + 1
+        scratch = block.width // block.heads + int(positions.max()) + 1  # a row's attention
+        needed = len(x) * (5 * block.width + 2 * block.inner + scratch)
         if self._work.size < needed:
             self._work = np.empty(needed + 1024, dtype=np.float32)
         keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
