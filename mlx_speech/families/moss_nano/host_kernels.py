@@ -197,6 +197,14 @@ def host_view(array: mx.array) -> np.ndarray:
     return np.asarray(array)
 
 
+def _operands(generator: np.random.Generator, rows: int, outs: int, ins: int):
+    """Random float32 rows ``[rows, ins]``, weight ``[outs, ins]`` and bias
+    for a product's check."""
+    x = generator.standard_normal((rows, ins), dtype=np.float32)
+    w = generator.standard_normal((outs, ins), dtype=np.float32)
+    return x, w, generator.standard_normal(outs, dtype=np.float32)
+
+
 # Row counts the chained product is checked at: each to 16 (every remainder
 # of the library's groups of eight and of OpenBLAS's tiles), then a spread
 # to the library's bound, 64 rows.
@@ -211,9 +219,7 @@ def trust_chained_shapes(kernels: Kernels, shapes, generator: np.random.Generato
         counts = [
             rows for rows in _CHAIN_CHECKED_ROWS if kernels.chained_applies(rows, outs, ins)
         ]
-        x = generator.standard_normal((max(counts, default=0), ins), dtype=np.float32)
-        w = generator.standard_normal((outs, ins), dtype=np.float32)
-        bias = generator.standard_normal(outs, dtype=np.float32)
+        x, w, bias = _operands(generator, max(counts, default=0), outs, ins)
         if all(
             np.array_equal(
                 kernels.through(kernels.chained_product, x[:rows], w, added),
@@ -236,12 +242,10 @@ def stacking_holds(kernels: Kernels, shapes, generator: np.random.Generator) -> 
     (outs, ins) with a bias: so prompts may share their products. A prompt
     that OpenBLAS's small-matrix kernel would take alone never shares."""
     for outs, ins in sorted(shapes):
-        w = generator.standard_normal((outs, ins), dtype=np.float32)
-        bias = generator.standard_normal(outs, dtype=np.float32)
         for counts in _STACKED_COUNTS:
             if any(kernels.small_kernel_takes(count, outs, ins) for count in counts):
                 continue
-            x = generator.standard_normal((sum(counts), ins), dtype=np.float32)
+            x, w, bias = _operands(generator, sum(counts), outs, ins)
             stacked = kernels.through(kernels.rows_product, x, w, bias)
             ends = np.cumsum(counts)
             for start, end in zip(ends - counts, ends, strict=True):
@@ -258,9 +262,7 @@ def trust_lone_shapes(kernels: Kernels, shapes, generator: np.random.Generator) 
     and without) → whether it does for every shape."""
     everywhere = True
     for outs, ins in sorted(shapes):
-        x = generator.standard_normal((10, ins), dtype=np.float32)
-        w = generator.standard_normal((outs, ins), dtype=np.float32)
-        bias = generator.standard_normal(outs, dtype=np.float32)
+        x, w, bias = _operands(generator, 10, outs, ins)
         same = all(
             np.array_equal(
                 kernels.through(kernels.lone_order_product, x, w, added)[row],
