@@ -197,6 +197,30 @@ def test_prompts_stack_in_order_up_to_the_row_bound_and_short_ones_alone(host, m
     assert host._prompt_groups(hosts, [0, 1, 2]) == [[0], [1], [2]]
 
 
+@pytest.mark.parametrize("changed_past", [None, 16, 64])
+def test_stacking_is_off_where_stacked_rows_would_change_numbers(host, changed_past):
+    """The load check compares stacked prompts with each alone: a product
+    whose rows change once more than ``changed_past`` share it turns
+    stacking off, on the tiny model's shapes too."""
+    from mlx_speech.families.moss_nano.host_kernels import stacking_holds
+
+    kernels = host._kernels
+
+    def through(product, x, w, bias=None):
+        out = kernels.through(product, x, w, bias)
+        if changed_past is not None and len(x) > changed_past:
+            out = np.nextafter(out, np.float32(np.inf))
+        return out
+
+    shifting = SimpleNamespace(
+        small_kernel_takes=kernels.small_kernel_takes,
+        rows_product=kernels.rows_product,
+        through=through,
+    )
+    held = stacking_holds(shifting, host._prompt_shapes, np.random.default_rng(0))
+    assert held is (changed_past is None)
+
+
 def test_own_products_are_the_same_whatever_rows_share_them(host):
     """A row's numbers from the library's own product: the same alone and in
     any company (4-row tiles, a tail of outputs, products split between two

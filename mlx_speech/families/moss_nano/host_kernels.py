@@ -233,7 +233,14 @@ def trust_chained_shapes(kernels: Kernels, shapes, generator: np.random.Generato
 
 # Prompts' row counts, stacked in one product: every count to 16 (OpenBLAS's
 # kernels change at 16 rows), within the chained bound and past it.
-_STACKED_COUNTS = (tuple(range(2, 17)), (17, 23), (38, 30), (5, 64, 9), (100, 30))
+_STACKED_COUNTS = (
+    tuple(range(2, 17)),
+    (17, 23),
+    (38, 30),
+    (5, 64, 9),
+    (100, 30),
+    (45, 70),
+)
 
 
 def stacking_holds(kernels: Kernels, shapes, generator: np.random.Generator) -> bool:
@@ -242,8 +249,11 @@ def stacking_holds(kernels: Kernels, shapes, generator: np.random.Generator) -> 
     (outs, ins) with a bias: so prompts may share their products. A prompt
     that OpenBLAS's small-matrix kernel would take alone never shares."""
     for outs, ins in sorted(shapes):
-        for counts in _STACKED_COUNTS:
-            if any(kernels.small_kernel_takes(count, outs, ins) for count in counts):
+        for stack in _STACKED_COUNTS:
+            counts = [
+                count for count in stack if not kernels.small_kernel_takes(count, outs, ins)
+            ]
+            if len(counts) < 2:
                 continue
             x, w, bias = _operands(generator, sum(counts), outs, ins)
             stacked = kernels.through(kernels.rows_product, x, w, bias)
