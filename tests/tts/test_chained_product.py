@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlx_speech.blas import OPENBLAS_LIBRARIES
@@ -98,3 +99,117 @@ def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert int(result.stdout) > 200  # most of the 7 * 18 * 2 products
+
+
+def _kernels():
+    import ctypes
+
+    from mlx_speech.blas import mlx_blas
+    from mlx_speech.families.moss_nano.exact_activations import exact_activations
+    from mlx_speech.families.moss_nano.host_kernels import Kernels
+
+    return Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+
+
+def _from_panels(kernels, x, panel, bias, outs: int, ins: int):
+    out = np.empty((len(x), outs), dtype=np.float32)
+    added = None if bias is None else bias.ctypes.data
+    kernels.panel_product(
+        x.ctypes.data, len(x), panel.ctypes.data, added, out.ctypes.data, outs, ins
+    )
+    return out
+
+
+# Nano's panelled shapes, and outputs that leave a lone row 1, 2 or 3 tiles
+# after its groups of four, with terms in uneven blocks
+@pytest.mark.parametrize(
+    "outs, ins", [(2304, 768), (3072, 768), (768, 3072), (16, 40), (96, 703), (1968, 701)]
+)
+def test_panels_give_the_chained_numbers(outs, ins):
+    """A weight read from its panels gives the chained product's numbers bit
+    for bit, for a lone row and for stacked rows in one or more groups."""
+    from mlx_speech.families.moss_nano.host_kernels import panels
+
+    kernels, generator = _kernels(), np.random.default_rng(7)
+    w = generator.standard_normal((outs, ins), dtype=np.float32)
+    bias = generator.standard_normal(outs, dtype=np.float32)
+    panel = panels(w)
+    for rows in (1, 2, 7, 8, 9, 17, 38):
+        x = generator.standard_normal((rows, ins), dtype=np.float32)
+        for added in (bias, None):
+            chained = kernels.through(kernels.chained_product, x, w, added)
+            ours = _from_panels(kernels, x, panel, added, outs, ins)
+            assert np.array_equal(ours.view(np.uint32), chained.view(np.uint32)), (
+                rows,
+                added is None,
+            )
+
+
+def test_only_whole_panels_are_made():
+    from mlx_speech.families.moss_nano.host_kernels import PANEL, panels
+
+    weight = np.arange(2 * PANEL * 3, dtype=np.float32).reshape(2 * PANEL, 3)
+    panel = panels(weight)
+    assert panel.shape == (2, 3, PANEL)
+    assert panel[1, 2, 5] == weight[PANEL + 5, 2]
+    assert panels(weight[:-1]) is None
+
+
+_PANELS_IN_A_FRAME_STEP = """
+import ctypes, numpy as np, mlx.core as mx
+from mlx_audio.tts.models.moss_tts_nano.gpt2 import GPT2Config, GPT2Model
+from mlx_speech.blas import mlx_blas
+from mlx_speech.families.moss_nano.exact_activations import exact_activations
+from mlx_speech.families.moss_nano.host_kernels import Kernels
+from mlx_speech.families.moss_nano.host_step import HostStep, _Transformer
+
+kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+# a block whose MLP products chain (too large for OpenBLAS's small kernel),
+# trusted here whatever this BLAS is: both sides then run the chained order
+config = GPT2Config(n_embd=256, n_layer=1, n_head=4, n_inner=4096)
+model = GPT2Model(config, use_token_embedding=False)
+mx.eval(model.parameters())
+for outs, ins in ((4096, 256), (256, 4096)):
+    assert kernels.trust_lone(outs, ins) and not kernels.small_kernel_takes(1, outs, ins)
+host = HostStep.__new__(HostStep)
+host._kernels, host._work = kernels, np.empty(0, dtype=np.float32)
+plain, panelled = _Transformer(model), _Transformer(model, panelled=True)
+assert not plain.blocks[0][0].fc_in_panel and panelled.blocks[0][0].fc_in_panel
+
+generator = np.random.default_rng(11)
+def step(transformer, count):
+    shape = (transformer.heads, 16, transformer.dim)
+    caches = [
+        [tuple(generator.standard_normal(shape, dtype=np.float32) for _ in range(2))]
+        for _ in range(count)
+    ]
+    rows = generator.standard_normal((count, config.n_embd), dtype=np.float32)
+    positions = np.arange(count) + 3
+    return host._through(transformer, rows, caches, positions, False)
+
+for count in (1, 8):
+    state = generator.bit_generator.state
+    theirs = step(plain, count)
+    generator.bit_generator.state = state
+    ours = step(panelled, count)
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), count
+    for panel in panelled.blocks[0][1][12:]:
+        panel[...] = 0  # the step reads the panels: now it differs
+    generator.bit_generator.state = state
+    assert not np.array_equal(step(panelled, count), theirs), count
+    panelled = _Transformer(model, panelled=True)
+print("ok")
+"""
+
+
+def test_a_frame_step_reads_its_panels_and_keeps_its_numbers():
+    """A block whose weights have panels steps one row and eight to the same
+    numbers as without them, and reads them (zeroed panels change it)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PANELS_IN_A_FRAME_STEP],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "ok"

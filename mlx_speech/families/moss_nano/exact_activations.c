@@ -506,11 +506,14 @@ static void rotate(float *x, const float *cos, const float *sin, count_t heads, 
     }
 }
 
+/* A block's weights and biases; the panels (see panel_product; NULL: none)
+ * of those whose products the frame step takes most often. */
 struct block {
     const float *ln_1_w, *ln_1_b, *attn_w, *attn_b, *proj_w, *proj_b;
     const float *ln_2_w, *ln_2_b, *fc_in_w, *fc_in_b, *fc_out_w, *fc_out_b;
     count_t width, heads, inner;
     float eps, scale;
+    const float *attn_panel, *fc_in_panel, *fc_out_panel;
 };
 
 /* ---- A sampling head's draw, as mlx-speech's compiled draw computes it ----
@@ -670,6 +673,11 @@ static void attend_rows(const float *q, count_t rows, const float *keys, const f
 typedef void (*product_fn)(const float *, count_t, const float *, const float *, float *,
                            count_t, count_t);
 
+/* product's numbers for x @ w.T (+ bias), from w's panel where given and
+ * product would chain them (below, with the library's own products). */
+static void weighed(product_fn product, const float *panel, const float *x, count_t rows,
+                    const float *w, const float *bias, float *out, count_t outs, count_t ins);
+
 /* One row's queries and keys (the first two thirds of its qkv) rotated
  * (cos, sin: its dim floats each; NULL: no rotation), and its keys and
  * values written into a cache laid out [heads, capacity, dim] at position. */
@@ -701,9 +709,11 @@ static void after_attention(const struct block *b, count_t rows, float *x,
     product(attended, rows, b->proj_w, b->proj_b, projected, width, width);
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
     layer_norm(x, b->ln_2_w, b->ln_2_b, b->eps, normed, rows * width, width);
-    product(normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width, width);
+    weighed(product, b->fc_in_panel, normed, rows, b->fc_in_w, b->fc_in_b, inner, inner_width,
+            width);
     in_shares(gelu_tanh_rows, inner, activated, rows * inner_width, 1, least, linger);
-    product(activated, rows, b->fc_out_w, b->fc_out_b, projected, width, inner_width);
+    weighed(product, b->fc_out_panel, activated, rows, b->fc_out_w, b->fc_out_b, projected,
+            width, inner_width);
     for (count_t j = 0; j < rows * width; j++) x[j] = x[j] + projected[j];
 }
 
@@ -730,7 +740,8 @@ void block_prompts(const struct block *b, count_t count, const count_t *rows, fl
     float *projected = activated + total * inner_width, *scaled = projected + total * width;
     float *gathered = scaled + most * dim, *scores = gathered + most * dim;
     layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, total * width, width);
-    rows_product(normed, total, b->attn_w, b->attn_b, qkv, 3 * width, width);
+    weighed(rows_product, b->attn_panel, normed, total, b->attn_w, b->attn_b, qkv, 3 * width,
+            width);
     for (count_t p = 0, first = 0; p < count; first += rows[p], p++) {
         for (count_t r = first; r < first + rows[p]; r++) {
             float *row = qkv + r * 3 * width;
@@ -1002,10 +1013,11 @@ static void own_outputs(const float *x, count_t rows, const float *w, const floa
 /* Pieces of outputs take whole tiles, a lone row's and the chained ones'. */
 enum { OUTS_UNIT = 16 };
 
-/* The outputs each piece of a product of outs * ins weights takes. */
-static count_t outputs_piece_length(count_t outs, count_t ins) {
-    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * OUTS_UNIT) return outs;
-    return piece_length(outs, OUTS_UNIT);
+/* The outputs each piece of a product of outs * ins weights takes, a
+ * multiple of unit. */
+static count_t outputs_piece_length(count_t outs, count_t ins, count_t unit) {
+    if (outs * ins < OWN_SPLIT_WEIGHTS || outs < 2 * unit) return outs;
+    return piece_length(outs, unit);
 }
 
 struct own_work {
@@ -1024,7 +1036,7 @@ static void run_own(const void *argument, count_t piece) {
 static void sixteen_sums_product(const float *x, count_t rows, const float *w, const float *bias,
                                  float *out, count_t outs, count_t ins, count_t quartered) {
     struct own_work whole = {x, w, bias, out, rows, outs, ins, quartered,
-                             outputs_piece_length(outs, ins)};
+                             outputs_piece_length(outs, ins, OUTS_UNIT)};
     in_pieces(run_own, &whole, outs, whole.length, 1);
 }
 
@@ -1162,16 +1174,119 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
 }
 #endif
 
+/* ---- Weights in panels ----
+ *
+ * A weight's rows read side by side: the terms of one output lie ins floats
+ * apart, and where that is a multiple of the cache's way size (Nano's
+ * c_fc's 3072 inputs: 12 KB) every output of a tile maps to the same cache
+ * set, and the tile's reads evict each other (one row's fc_out 0.38 against
+ * fc_in's 0.18 ms). A panel holds PANEL outputs' weights term by term,
+ * panel[(o / PANEL) * ins * PANEL + k * PANEL + o % PANEL]: a tile reads one
+ * stream and, for a lone row, needs no transposition. The numbers are the
+ * chained ones (each output's chain of terms in the same order). */
+enum { PANEL = 16, LONE_PANELS = 4 };
+_Static_assert(PANEL == LANES, "a lone row's tile of a panel fills the lanes");
+
+static inline lanes every_lane(float v) {
+#if defined(__AVX512F__)
+    return (lanes)_mm512_set1_ps(v);
+#else
+    lanes out;
+    for (int l = 0; l < LANES; l++) out[l] = v;
+    return out;
+#endif
+}
+
+/* A lone row's outputs o.. o + PANEL * tiles (tiles at most LONE_PANELS)
+ * from their panels, a chain per tile in the lanes. */
+static inline __attribute__((always_inline)) void lone_panel_tiles(
+    const float *x, const float *panel, const float *bias, float *out, count_t ins, count_t o,
+    int tiles) {
+    const float *first = panel + o * ins;
+    lanes totals[LONE_PANELS];
+    for (int t = 0; t < tiles; t++)
+        totals[t] = bias ? load_lanes(bias + o + t * PANEL) : (lanes){0};
+    for (count_t start = 0; start < ins;) {
+        count_t end = start + chain_block(ins - start);
+        lanes chains[LONE_PANELS];
+        for (int t = 0; t < tiles; t++) chains[t] = (lanes){0};
+        for (count_t k = start; k < end; k++) {
+            lanes term = every_lane(x[k]);
+            for (int t = 0; t < tiles; t++)
+                chains[t] = fused(load_lanes(first + (t * ins + k) * PANEL), term, chains[t]);
+        }
+        for (int t = 0; t < tiles; t++) totals[t] = totals[t] + chains[t];
+        start = end;
+    }
+    for (int t = 0; t < tiles; t++) memcpy(out + o + t * PANEL, &totals[t], sizeof totals[t]);
+}
+
+/* outputs o.. o + PANEL of the rows in lanes (xt: a row group's ins columns
+ * of CHAIN_LANES floats) from their panel, into totals, as chain_tile. */
+static void panel_tile(const float *xt, const float *panel, const float *bias, count_t ins,
+                       count_t o, eight *totals) {
+    const float *tile = panel + o * ins;
+    for (int j = 0; j < PANEL; j++) totals[j] = (eight){0} + (bias ? bias[o + j] : 0.0f);
+    for (count_t start = 0; start < ins;) {
+        count_t length = chain_block(ins - start);
+        eight chains[PANEL];
+        for (int j = 0; j < PANEL; j++) chains[j] = (eight){0};
+        const float *wk = tile + start * PANEL;
+        const eight *column = (const eight *)xt + start;
+        for (count_t k = 0; k < length; k++) {
+            eight xs = column[k];
+            for (int j = 0; j < PANEL; j++) chains[j] = fused_by(xs, wk[k * PANEL + j], chains[j]);
+        }
+        for (int j = 0; j < PANEL; j++) totals[j] = totals[j] + chains[j];
+        start += length;
+    }
+}
+
 struct chain_work {
-    const float *xt, *lone, *w, *bias; /* lone: a lone row's x, else NULL */
+    const float *xt, *lone, *w, *panel, *bias; /* lone: a lone row's x, else NULL */
     float *out;
     count_t rows, outs, ins, length;
 };
+
+static void put_group(const struct chain_work *p, count_t g, count_t o, int outs_here,
+                      const eight *totals) {
+    count_t rows_here = p->rows - g * CHAIN_LANES;
+    rows_here = rows_here < CHAIN_LANES ? rows_here : CHAIN_LANES;
+    for (int j = 0; j < outs_here; j++)
+        for (count_t r = 0; r < rows_here; r++)
+            p->out[(g * CHAIN_LANES + r) * p->outs + o + j] = totals[j][r];
+}
+
+/* A piece's outputs from their panels (its first and last: multiples of
+ * PANEL). */
+static void panel_chains(const struct chain_work *p, count_t o, count_t last) {
+    if (p->lone) {
+        for (; o + LONE_PANELS * PANEL <= last; o += LONE_PANELS * PANEL)
+            lone_panel_tiles(p->lone, p->panel, p->bias, p->out, p->ins, o, LONE_PANELS);
+        switch ((last - o) / PANEL) { /* the tiles left, fewer than LONE_PANELS */
+        case 3: lone_panel_tiles(p->lone, p->panel, p->bias, p->out, p->ins, o, 3); break;
+        case 2: lone_panel_tiles(p->lone, p->panel, p->bias, p->out, p->ins, o, 2); break;
+        case 1: lone_panel_tiles(p->lone, p->panel, p->bias, p->out, p->ins, o, 1); break;
+        }
+        return;
+    }
+    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES;
+    for (; o < last; o += PANEL)
+        for (count_t g = 0; g < groups; g++) {
+            eight totals[PANEL];
+            panel_tile(p->xt + g * p->ins * CHAIN_LANES, p->panel, p->bias, p->ins, o, totals);
+            put_group(p, g, o, PANEL, totals);
+        }
+}
 
 static void run_chains(const void *argument, count_t piece) {
     const struct chain_work *p = argument;
     count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES, o = piece * p->length;
     count_t last = piece_end(o, p->length, p->outs);
+    if (p->panel) {
+        panel_chains(p, o, last);
+        return;
+    }
 #if defined(__AVX2__) && defined(__FMA__)
     if (p->lone)
         for (; o + 16 <= last; o += 16) lone_chains(p->lone, p->w, p->bias, p->out, p->ins, o);
@@ -1185,17 +1300,15 @@ static void run_chains(const void *argument, count_t piece) {
                 chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, totals);
             else
                 chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, totals);
-            count_t rows_here = p->rows - g * CHAIN_LANES;
-            rows_here = rows_here < CHAIN_LANES ? rows_here : CHAIN_LANES;
-            for (int j = 0; j < outs_here; j++)
-                for (count_t r = 0; r < rows_here; r++)
-                    p->out[(g * CHAIN_LANES + r) * p->outs + o + j] = totals[j][r];
+            put_group(p, g, o, outs_here, totals);
         }
     }
 }
 
-void chained_product(const float *x, count_t rows, const float *w, const float *bias,
-                     float *out, count_t outs, count_t ins) {
+/* The chained numbers of x @ w.T (+ bias), from w or, where given, its
+ * panel (outs a multiple of PANEL). */
+static void chain(const float *x, count_t rows, const float *w, const float *panel,
+                  const float *bias, float *out, count_t outs, count_t ins) {
     count_t groups = (rows + CHAIN_LANES - 1) / CHAIN_LANES;
     float *xt = aligned_alloc(32, groups * ins * CHAIN_LANES * sizeof(float));
     if (!xt) {
@@ -1209,10 +1322,22 @@ void chained_product(const float *x, count_t rows, const float *w, const float *
                 xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
             }
     const float *lone = rows == 1 ? x : NULL;
-    struct chain_work whole = {xt, lone, w, bias, out, rows, outs, ins,
-                               outputs_piece_length(outs, ins)};
+    count_t unit = lone && panel ? LONE_PANELS * PANEL : OUTS_UNIT;
+    struct chain_work whole = {xt, lone, w, panel, bias, out, rows, outs, ins,
+                               outputs_piece_length(outs, ins, unit)};
     in_pieces(run_chains, &whole, outs, whole.length, 1);
     free(xt);
+}
+
+void chained_product(const float *x, count_t rows, const float *w, const float *bias,
+                     float *out, count_t outs, count_t ins) {
+    chain(x, rows, w, NULL, bias, out, outs, ins);
+}
+
+/* chained_product's numbers from w's panel (outs a multiple of PANEL). */
+void panel_product(const float *x, count_t rows, const float *panel, const float *bias,
+                   float *out, count_t outs, count_t ins) {
+    chain(x, rows, NULL, panel, bias, out, outs, ins);
 }
 
 /* Weight shapes (outs, ins) a load check found (AS_SGEMM) chained products
@@ -1267,19 +1392,34 @@ count_t chained_applies(count_t rows, count_t outs, count_t ins) {
     return rows <= CHAINED_ROWS && !small_kernel_takes(rows, outs, ins);
 }
 
+void lone_order_product(const float *x, count_t rows, const float *w, const float *bias,
+                        float *out, count_t outs, count_t ins);
+void lone_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
+                  count_t outs, count_t ins);
+
+/* The product that computes product's numbers for this call: rows_product,
+ * lone_order_product and lone_product choose among the others. */
+static product_fn resolved(product_fn product, count_t rows, count_t outs, count_t ins) {
+    if (product == lone_product)
+        product = trusted(outs, ins, LONE) ? lone_order_product : rows_product;
+    if (product == lone_order_product)
+        return small_kernel_takes(1, outs, ins) ? small_order_product : chained_product;
+    if (product == rows_product)
+        return chained_applies(rows, outs, ins) && trusted(outs, ins, AS_SGEMM) ? chained_product
+                                                                                : sgemm_product;
+    return product;
+}
+
 void rows_product(const float *x, count_t rows, const float *w, const float *bias,
                   float *out, count_t outs, count_t ins) {
-    product_fn product = sgemm_product;
-    if (chained_applies(rows, outs, ins) && trusted(outs, ins, AS_SGEMM)) product = chained_product;
-    product(x, rows, w, bias, out, outs, ins);
+    resolved(rows_product, rows, outs, ins)(x, rows, w, bias, out, outs, ins);
 }
 
 /* Each row's numbers in the order OpenBLAS takes for one row alone, the
  * small-matrix kernel's or the chains, whatever rows share the call. */
 void lone_order_product(const float *x, count_t rows, const float *w, const float *bias,
                         float *out, count_t outs, count_t ins) {
-    product_fn product = small_kernel_takes(1, outs, ins) ? small_order_product : chained_product;
-    product(x, rows, w, bias, out, outs, ins);
+    resolved(lone_order_product, rows, outs, ins)(x, rows, w, bias, out, outs, ins);
 }
 
 /* Each row's numbers as sgemm computes them for that row alone (as
@@ -1287,8 +1427,16 @@ void lone_order_product(const float *x, count_t rows, const float *w, const floa
  * LONE; rows_product otherwise. */
 void lone_product(const float *x, count_t rows, const float *w, const float *bias, float *out,
                   count_t outs, count_t ins) {
-    product_fn product = trusted(outs, ins, LONE) ? lone_order_product : rows_product;
-    product(x, rows, w, bias, out, outs, ins);
+    resolved(lone_product, rows, outs, ins)(x, rows, w, bias, out, outs, ins);
+}
+
+static void weighed(product_fn product, const float *panel, const float *x, count_t rows,
+                    const float *w, const float *bias, float *out, count_t outs, count_t ins) {
+    product_fn chosen = resolved(product, rows, outs, ins);
+    if (panel && chosen == chained_product)
+        panel_product(x, rows, panel, bias, out, outs, ins);
+    else
+        chosen(x, rows, w, bias, out, outs, ins);
 }
 
 /* x . y over n floats in the own product's order. */
@@ -1372,7 +1520,7 @@ void block_rows(const struct block *b, count_t rows, float *x, float *const *key
     float *inner = attended + rows * width, *activated = inner + rows * inner_width;
     float *scratch = activated + rows * inner_width;
     layer_norm(x, b->ln_1_w, b->ln_1_b, b->eps, normed, rows * width, width);
-    product(normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
+    weighed(product, b->attn_panel, normed, rows, b->attn_w, b->attn_b, qkv, 3 * width, width);
     count_t longest = 0;
     for (count_t r = 0; r < rows; r++) longest = positions[r] > longest ? positions[r] : longest;
     struct rows_attention attention = {b, qkv, attended, scratch, keys, values, capacities,

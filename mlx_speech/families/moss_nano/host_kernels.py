@@ -21,6 +21,11 @@ COUNT = ctypes.c_long
 # A block's layers in the order of ``struct block``'s pointers: each its
 # weight, then its bias.
 BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.fc_out")
+# The layers whose weights may also be laid out in panels, in ``struct
+# block``'s order, each named as its C field.
+PANELLED_LAYERS = {"attn": "attn.c_attn", "fc_in": "mlp.fc_in", "fc_out": "mlp.fc_out"}
+# The outputs of a panel (``PANEL`` in the C library).
+PANEL = 16
 
 
 class Block(ctypes.Structure):
@@ -37,6 +42,7 @@ class Block(ctypes.Structure):
         ("inner", COUNT),
         ("eps", ctypes.c_float),
         ("scale", ctypes.c_float),
+        *[(f"{layer}_panel", POINTER) for layer in PANELLED_LAYERS],
     ]
 
 
@@ -52,6 +58,7 @@ class Kernels:
             "rows_product": "pnpppnn:v",
             "sgemm_product": "pnpppnn:v",
             "chained_product": "pnpppnn:v",
+            "panel_product": "pnpppnn:v",
             "chained_applies": "nnn:n",
             "small_kernel_takes": "nnn:n",
             "trust_chained": "nn:n",
@@ -188,6 +195,18 @@ class Kernels:
             x.shape[-1],
         )
         return out
+
+
+def panels(weight: np.ndarray) -> np.ndarray | None:
+    """``weight`` (``[outs, ins]``) in panels of ``PANEL`` outputs, each
+    term's side by side (``[outs / PANEL, ins, PANEL]``), for
+    ``panel_product``; ``None`` where the outputs do not fill whole panels."""
+    outs, ins = weight.shape
+    if outs % PANEL:
+        return None
+    return np.ascontiguousarray(
+        weight.reshape(outs // PANEL, PANEL, ins).transpose(0, 2, 1)
+    )
 
 
 def host_view(array: mx.array) -> np.ndarray:

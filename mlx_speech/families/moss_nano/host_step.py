@@ -53,10 +53,12 @@ from .exact_activations import exact_activations
 from .forward import LocalPass, forward_rows, rotation_at
 from .host_kernels import (
     BLOCK_LAYERS,
+    PANELLED_LAYERS,
     Block,
     Kernels,
     host_view,
     own_product_sound,
+    panels,
     stacking_holds,
     trust_chained_shapes,
     trust_lone_shapes,
@@ -82,8 +84,8 @@ class _Transformer:
     """One transformer's blocks as C structs over host views of its weights,
     and its RoPE tables, grown as positions are reached."""
 
-    def __init__(self, transformer):
-        self.blocks = [_block_struct(block) for block in transformer.h]
+    def __init__(self, transformer, panelled: bool = False):
+        self.blocks = [_block_struct(block, panelled) for block in transformer.h]
         first = transformer.h[0].attn
         self.heads, self.width = first.num_heads, transformer.h[0].ln_1.weight.shape[0]
         self.dim = self.width // self.heads
@@ -120,16 +122,26 @@ class _Transformer:
         return rows + self._positions[positions]
 
 
-def _block_struct(block) -> tuple[Block, list[np.ndarray]]:
+def _block_struct(block, panelled: bool) -> tuple[Block, list[np.ndarray]]:
+    """``block``'s struct and the host arrays it points to (with
+    ``panelled``, the panels of its ``PANELLED_LAYERS`` too)."""
     layers = [functools.reduce(getattr, name.split("."), block) for name in BLOCK_LAYERS]
     views = [host_view(array) for layer in layers for array in (layer.weight, layer.bias)]
+    fields = {}
+    for field, name in PANELLED_LAYERS.items():
+        weight = views[2 * BLOCK_LAYERS.index(name)]
+        panel = panels(weight) if panelled else None
+        if panel is not None:
+            views.append(panel)
+            fields[f"{field}_panel"] = panel.ctypes.data
     struct = Block(
-        *[view.ctypes.data for view in views],
+        *[view.ctypes.data for view in views[: 2 * len(BLOCK_LAYERS)]],
         width=block.ln_1.weight.shape[0],
         heads=block.attn.num_heads,
         inner=block.mlp.fc_in.weight.shape[0],
         eps=block.ln_1.eps,
         scale=block.attn.scale,
+        **fields,
     )
     return struct, views
 
@@ -199,7 +211,8 @@ class HostStep:
         self._stacking = stacking  # prompts may share their products
         self._prompt_shapes = _prompt_shapes(model)
         self._global = _Transformer(model.transformer)
-        self._local = _Transformer(model.local_transformer)
+        # read 17 times a frame, its weights stay in cache: their panels pay
+        self._local = _Transformer(model.local_transformer, panelled=True)
         config = model.config
         self._n_vq = config.n_vq
         text = host_view(model.transformer.wte.weight)
