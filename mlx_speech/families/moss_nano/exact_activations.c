@@ -1089,21 +1089,28 @@ static count_t chain_block(count_t left) {
     return left;
 }
 
+/* The most outputs of a tile of rows in lanes (CHAIN_OUTS from a weight,
+ * PANEL from its panel). */
+enum { TILE_OUTS = 16 };
+
 /* outputs o.. o + outs_here of the rows in lanes (xt: a row group's ins
- * columns of CHAIN_LANES floats), into totals. */
+ * columns of CHAIN_LANES floats), into totals. The tile's weights start at
+ * w + o * ins, output j's term k at j * apart + k * along from there (a
+ * weight's: ins and 1; a panel's: 1 and PANEL). */
 static inline __attribute__((always_inline)) void chain_tile(
     const float *xt, const float *w, const float *bias, count_t ins, count_t o, int outs_here,
-    eight *totals) {
+    count_t apart, count_t along, eight *totals) {
     for (int j = 0; j < outs_here; j++) totals[j] = (eight){0} + (bias ? bias[o + j] : 0.0f);
     for (count_t start = 0; start < ins;) {
         count_t length = chain_block(ins - start);
-        eight chains[CHAIN_OUTS];
+        eight chains[TILE_OUTS];
         for (int j = 0; j < outs_here; j++) chains[j] = (eight){0};
-        const float *wk = w + o * ins + start;
+        const float *wk = w + o * ins + start * along;
         const eight *column = (const eight *)xt + start;
         for (count_t k = 0; k < length; k++) {
             eight xs = column[k];
-            for (int j = 0; j < outs_here; j++) chains[j] = fused_by(xs, wk[j * ins + k], chains[j]);
+            for (int j = 0; j < outs_here; j++)
+                chains[j] = fused_by(xs, wk[j * apart + k * along], chains[j]);
         }
         for (int j = 0; j < outs_here; j++) totals[j] = totals[j] + chains[j];
         start += length;
@@ -1185,7 +1192,7 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
  * stream and, for a lone row, needs no transposition. The numbers are the
  * chained ones (each output's chain of terms in the same order). */
 enum { PANEL = 16, LONE_PANELS = 4 };
-_Static_assert(PANEL == LANES, "a lone row's tile of a panel fills the lanes");
+_Static_assert(PANEL == LANES && PANEL <= TILE_OUTS, "a panel fills the lanes and a tile");
 
 static inline lanes every_lane(float v) {
 #if defined(__AVX512F__)
@@ -1221,27 +1228,6 @@ static inline __attribute__((always_inline)) void lone_panel_tiles(
     for (int t = 0; t < tiles; t++) memcpy(out + o + t * PANEL, &totals[t], sizeof totals[t]);
 }
 
-/* outputs o.. o + PANEL of the rows in lanes (xt: a row group's ins columns
- * of CHAIN_LANES floats) from their panel, into totals, as chain_tile. */
-static void panel_tile(const float *xt, const float *panel, const float *bias, count_t ins,
-                       count_t o, eight *totals) {
-    const float *tile = panel + o * ins;
-    for (int j = 0; j < PANEL; j++) totals[j] = (eight){0} + (bias ? bias[o + j] : 0.0f);
-    for (count_t start = 0; start < ins;) {
-        count_t length = chain_block(ins - start);
-        eight chains[PANEL];
-        for (int j = 0; j < PANEL; j++) chains[j] = (eight){0};
-        const float *wk = tile + start * PANEL;
-        const eight *column = (const eight *)xt + start;
-        for (count_t k = 0; k < length; k++) {
-            eight xs = column[k];
-            for (int j = 0; j < PANEL; j++) chains[j] = fused_by(xs, wk[k * PANEL + j], chains[j]);
-        }
-        for (int j = 0; j < PANEL; j++) totals[j] = totals[j] + chains[j];
-        start += length;
-    }
-}
-
 struct chain_work {
     const float *xt, *lone, *w, *panel, *bias; /* lone: a lone row's x, else NULL */
     float *out;
@@ -1274,7 +1260,8 @@ static void panel_chains(const struct chain_work *p, count_t o, count_t last) {
     for (; o < last; o += PANEL)
         for (count_t g = 0; g < groups; g++) {
             eight totals[PANEL];
-            panel_tile(p->xt + g * p->ins * CHAIN_LANES, p->panel, p->bias, p->ins, o, totals);
+            chain_tile(p->xt + g * p->ins * CHAIN_LANES, p->panel, p->bias, p->ins, o, PANEL, 1,
+                       PANEL, totals);
             put_group(p, g, o, PANEL, totals);
         }
 }
@@ -1297,9 +1284,9 @@ static void run_chains(const void *argument, count_t piece) {
             eight totals[CHAIN_OUTS];
             const float *xt = p->xt + g * p->ins * CHAIN_LANES;
             if (outs_here == CHAIN_OUTS)
-                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, totals);
+                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, p->ins, 1, totals);
             else
-                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, totals);
+                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, p->ins, 1, totals);
             put_group(p, g, o, outs_here, totals);
         }
     }
@@ -1309,10 +1296,16 @@ static void run_chains(const void *argument, count_t piece) {
  * panel (outs a multiple of PANEL). */
 static void chain(const float *x, count_t rows, const float *w, const float *panel,
                   const float *bias, float *out, count_t outs, count_t ins) {
-    count_t groups = (rows + CHAIN_LANES - 1) / CHAIN_LANES;
-    float *xt = aligned_alloc(32, groups * ins * CHAIN_LANES * sizeof(float));
-    if (!xt) {
-        sgemm_product(x, rows, w, bias, out, outs, ins);
+    const float *lone = rows == 1 ? x : NULL;
+    count_t groups = lone && panel ? 0 : (rows + CHAIN_LANES - 1) / CHAIN_LANES;
+    float *xt = groups ? aligned_alloc(32, groups * ins * CHAIN_LANES * sizeof(float)) : NULL;
+    if (groups && !xt) { /* the same numbers without the rows in lanes */
+        if (!panel) {
+            sgemm_product(x, rows, w, bias, out, outs, ins);
+            return;
+        }
+        for (count_t r = 0; r < rows; r++)
+            chain(x + r * ins, 1, w, panel, bias, out + r * outs, outs, ins);
         return;
     }
     for (count_t g = 0; g < groups; g++)
@@ -1321,7 +1314,6 @@ static void chain(const float *x, count_t rows, const float *w, const float *pan
                 count_t r = g * CHAIN_LANES + l;
                 xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
             }
-    const float *lone = rows == 1 ? x : NULL;
     count_t unit = lone && panel ? LONE_PANELS * PANEL : OUTS_UNIT;
     struct chain_work whole = {xt, lone, w, panel, bias, out, rows, outs, ins,
                                outputs_piece_length(outs, ins, unit)};
