@@ -1093,6 +1093,12 @@ static count_t chain_block(count_t left) {
  * PANEL from its panel). */
 enum { TILE_OUTS = 16 };
 
+/* A tile from a weight asks for the rows CHAIN_AHEAD outputs on, a cache
+ * line each every CHAIN_AHEAD_EVERY terms: the hardware alone keeps too few
+ * reads in flight while the arithmetic runs (eight rows of the global
+ * layers, weights from memory: 14.4 -> 12.0 ms for 340 MB). */
+enum { CHAIN_AHEAD = 16, CHAIN_AHEAD_EVERY = 16 };
+
 /* outputs o.. o + outs_here of the rows in lanes (xt: a row group's ins
  * columns of CHAIN_LANES floats), into totals. The tile's weights start at
  * w + o * ins, output j's term k at j * apart + k * along from there (a
@@ -1108,6 +1114,9 @@ static inline __attribute__((always_inline)) void chain_tile(
         const float *wk = w + o * ins + start * along;
         const eight *column = (const eight *)xt + start;
         for (count_t k = 0; k < length; k++) {
+            if (along == 1 && k % CHAIN_AHEAD_EVERY == 0)
+                for (int j = 0; j < CHAIN_OUTS; j++)
+                    __builtin_prefetch(wk + (CHAIN_AHEAD + j) * apart + k, 0, 2);
             eight xs = column[k];
             for (int j = 0; j < outs_here; j++)
                 chains[j] = fused_by(xs, wk[j * apart + k * along], chains[j]);
