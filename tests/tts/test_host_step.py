@@ -336,6 +336,24 @@ def test_host_draws_equal_mlxs_even_with_a_tie_at_the_top_k_boundary(host, sampl
         assert host._kernels.draw(logits, sampler, uniform) == theirs.item()
 
 
+def test_rows_picked_together_are_each_picked_as_mlx_picks_it_alone(host):
+    """Eight rows picked in one call (shared with the helper thread), among
+    them a largest logit of zero with both signs, a tie at the top-k
+    boundary and a NaN: each row's token MLX's draw of that row."""
+    generator = np.random.default_rng(9)
+    logits = generator.standard_normal((8, 1024)).astype(np.float32)
+    logits[1] = -np.abs(logits[1])
+    logits[1, [7, 300]] = [-0.0, 0.0]
+    order = np.argsort(-logits[2])
+    logits[2, order[SAMPLED.top_k]] = logits[2, order[SAMPLED.top_k - 1]]
+    logits[3, 11] = np.nan
+    uniforms = [float(np.float32(value)) for value in generator.random(8)]
+    ours = host._kernels.picks(logits.copy(), [SAMPLED] * 8, uniforms)
+    for row, uniform in enumerate(uniforms):
+        theirs = _filtered_draw(mx.array(logits[row][None]), mx.array([[uniform]]), SAMPLED)
+        assert ours[row] == theirs.item(), row
+
+
 def test_host_uniforms_and_keys_are_mlxs(host):
     """The uniforms of a frame's draws, taken on the host from MLX keys, and
     the keys they leave: MLX's bit for bit."""

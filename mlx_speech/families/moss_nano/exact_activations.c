@@ -524,14 +524,14 @@ struct block {
  * order among equal values is its own, so a tie at the k-th place returns
  * -1: the caller draws through MLX instead. */
 
+static float largest(const float *x, count_t n);
+
 /* x - max(x), then minus the log of the sum of exps, as MLX's log_softmax
  * and logsumexp compute them. */
 static void log_softmax_row(const float *x, float *out, count_t n) {
-    float top = -INFINITY;
-    for (count_t j = 0; j < n; j++) top = x[j] > top ? x[j] : top;
+    float top = largest(x, n);
     for (count_t j = 0; j < n; j++) out[j] = x[j] - top;
-    float shifted_top = -INFINITY;
-    for (count_t j = 0; j < n; j++) shifted_top = out[j] > shifted_top ? out[j] : shifted_top;
+    float shifted_top = largest(out, n);
     float total = 0.0f;
     for (count_t j = 0; j < n; j++) total = total + exp_mlx(out[j] - shifted_top);
     float normalizer = isinf(shifted_top) ? shifted_top : logf(total) + shifted_top;
@@ -570,10 +570,10 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
                    int top_p, float threshold, float uniform, float *work,
                    struct ranked *ranks) {
     float *scores = work, *logprobs = work + n;
-    for (count_t j = 0; j < n; j++) {
-        if (isnan(logits[j])) return -1;
-        scores[j] = logits[j] / temperature;
-    }
+    int nan = 0;
+    for (count_t j = 0; j < n; j++) nan |= isnan(logits[j]);
+    if (nan) return -1;
+    for (count_t j = 0; j < n; j++) scores[j] = logits[j] / temperature;
     if (top_k) {
         log_softmax_row(scores, logprobs, n);
         float kth, next;
@@ -596,13 +596,13 @@ long filtered_draw(const float *logits, count_t n, float temperature, count_t to
             if (!(running > threshold)) scores[token] = -INFINITY;
         }
     }
-    float top = -INFINITY;
-    for (count_t j = 0; j < n; j++) top = scores[j] > top ? scores[j] : top;
+    float top = largest(scores, n);
+    for (count_t j = 0; j < n; j++) /* each weight, then the running sum */
+        logprobs[j] = isinf(top) ? (float)(scores[j] == top) : exp_mlx(scores[j] - top);
     float total = 0.0f;
     for (count_t j = 0; j < n; j++) {
-        float weight = isinf(top) ? (float)(scores[j] == top) : exp_mlx(scores[j] - top);
-        total = total + weight;
-        logprobs[j] = total; /* the running sum */
+        total = total + logprobs[j];
+        logprobs[j] = total;
     }
     float bound = uniform * total;
     long below = 0;
@@ -757,37 +757,58 @@ void block_prompts(const struct block *b, count_t count, const count_t *rows, fl
                     LARGE, 0);
 }
 
-/* One code per row of logits (rows * n floats, changed in place): each row
- * first takes its request's repetition penalty over the tokens it has seen
- * (seen[r]: n flags; penalty 1: none; a seen logit below 0 times the
- * penalty, else divided by it), then its pick: with temperature 0 the first
- * largest (the first NaN if any, as numpy's argmax), else filtered_draw with
- * the row's uniform, -1 where that leaves the draw to MLX. work and ranks:
- * as filtered_draw's for the largest top_k. */
+/* One code per row of logits (rows * n floats, changed in place), a row a
+ * piece shared with the helper thread: each row first takes its request's
+ * repetition penalty over the tokens it has seen (seen[r]: n flags; penalty
+ * 1: none; a seen logit below 0 times the penalty, else divided by it), then
+ * its pick: with temperature 0 the first largest (the first NaN if any, as
+ * numpy's argmax), else filtered_draw with the row's uniform, -1 where that
+ * leaves the draw to MLX. Row r's work: work_row floats at work + r *
+ * work_row, its ranks n entries at ranks + r * n, each as filtered_draw's
+ * for the largest top_k. */
+struct row_picks {
+    float *logits;
+    count_t n, work_row;
+    const unsigned char *const *seen;
+    const float *penalties, *temperatures, *thresholds, *uniforms;
+    const count_t *top_ks;
+    const int *top_ps;
+    float *work;
+    struct ranked *ranks;
+    long *codes;
+};
+
+static void pick_row(const void *argument, count_t r) {
+    const struct row_picks *p = argument;
+    count_t n = p->n;
+    float *row = p->logits + r * n, penalty = p->penalties[r];
+    if (penalty != 1.0f)
+        for (count_t j = 0; j < n; j++)
+            if (p->seen[r][j]) row[j] = row[j] < 0 ? row[j] * penalty : row[j] / penalty;
+    if (p->temperatures[r] != 0.0f) {
+        p->codes[r] = filtered_draw(row, n, p->temperatures[r], p->top_ks[r], p->top_ps[r],
+                                    p->thresholds[r], p->uniforms[r], p->work + r * p->work_row,
+                                    p->ranks + r * n);
+        return;
+    }
+    long best = 0;
+    for (count_t j = 0; j < n; j++) {
+        if (isnan(row[j])) {
+            best = j;
+            break;
+        }
+        if (row[j] > row[best]) best = j;
+    }
+    p->codes[r] = best;
+}
+
 void pick_rows(float *logits, count_t rows, count_t n, const unsigned char *const *seen,
                const float *penalties, const float *temperatures, const count_t *top_ks,
                const int *top_ps, const float *thresholds, const float *uniforms,
-               float *work, struct ranked *ranks, long *codes) {
-    for (count_t r = 0; r < rows; r++) {
-        float *row = logits + r * n, penalty = penalties[r];
-        if (penalty != 1.0f)
-            for (count_t j = 0; j < n; j++)
-                if (seen[r][j]) row[j] = row[j] < 0 ? row[j] * penalty : row[j] / penalty;
-        if (temperatures[r] != 0.0f) {
-            codes[r] = filtered_draw(row, n, temperatures[r], top_ks[r], top_ps[r],
-                                     thresholds[r], uniforms[r], work, ranks);
-            continue;
-        }
-        long best = 0;
-        for (count_t j = 0; j < n; j++) {
-            if (isnan(row[j])) {
-                best = j;
-                break;
-            }
-            if (row[j] > row[best]) best = j;
-        }
-        codes[r] = best;
-    }
+               float *work, count_t work_row, struct ranked *ranks, long *codes) {
+    struct row_picks picks = {logits, n, work_row, seen, penalties, temperatures, thresholds,
+                              uniforms, top_ks, top_ps, work, ranks, codes};
+    in_pieces(pick_row, &picks, rows, 1, 1);
 }
 
 /* ---- The draws' uniforms, as MLX's random keys give them ----
@@ -871,6 +892,30 @@ static inline lanes load_lanes(const float *p) {
     lanes v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* The first largest of x (skipping NaN; minus infinity if none), as a loop
+ * keeping x[j] where x[j] > the largest so far finds it: in the lanes, then
+ * across them, which finds the same value unless it is zero (then, as +0 and
+ * -0 compare equal, which sign comes first decides: the loop's own). */
+static float largest(const float *x, count_t n) {
+    lanes most = {0};
+    for (int l = 0; l < LANES; l++) most[l] = -INFINITY;
+    count_t whole = n / LANES * LANES;
+    typedef int32_t flags __attribute__((vector_size(64)));
+    for (count_t j = 0; j < whole; j += LANES) {
+        lanes v = load_lanes(x + j);
+        flags greater = v > most; /* all ones where greater, else zero */
+        most = (lanes)(((flags)v & greater) | ((flags)most & ~greater));
+    }
+    float top = -INFINITY;
+    for (int l = 0; l < LANES; l++) top = most[l] > top ? most[l] : top;
+    for (count_t j = whole; j < n; j++) top = x[j] > top ? x[j] : top;
+    if (top == 0.0f) {
+        top = -INFINITY;
+        for (count_t j = 0; j < n; j++) top = x[j] > top ? x[j] : top;
+    }
+    return top;
 }
 
 /* Keeps a loaded value in a register: otherwise the compiler folds the load

@@ -70,7 +70,7 @@ class Kernels:
             "layer_norm": "pppfpnn:v",
             "block_rows": "bnpppppppip:v",
             "block_prompts": "bnppppppppp:v",
-            "pick_rows": "pnnpppppppppp:v",
+            "pick_rows": "pnnppppppppnpp:v",
             "draw_uniforms": "pnnp:v",
         }
         types = {"p": POINTER, "n": COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
@@ -81,10 +81,6 @@ class Kernels:
             entry.argtypes = [types[letter] for letter in arguments]
             entry.restype = types[result]
             setattr(self, name, entry)
-        self._draw_work = np.empty(0, dtype=np.float32)
-        # struct ranked: a float and a long, aligned as C lays them out
-        ranked = np.dtype([("value", np.float32), ("index", np.int64)], align=True)
-        self._ranks = np.empty(0, dtype=ranked)
 
     def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
         """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): each row's
@@ -124,51 +120,11 @@ class Kernels:
         penalties: list[float] | None = None,
     ) -> np.ndarray:
         """A token for each row of ``logits`` (``[rows, vocab]``, changed in
-        place), as ``sampling`` picks them: after the repetition penalty
-        over ``seen`` (each row's flags), greedy (temperature 0) or
-        ``_filtered_draw`` with the row's uniform; MLX's draw where a tie at
-        the top-k boundary leaves the kept tokens to MLX's partition."""
-        rows, vocab = logits.shape
-        top_ks = np.array(
-            [sampler.top_k if 0 < sampler.top_k < vocab else 0 for sampler in samplers],
-            dtype=np.int64,
-        )
-        if self._draw_work.size < 2 * vocab + int(top_ks.max()) + 1:
-            self._draw_work = np.empty(2 * vocab + int(top_ks.max()) + 1, dtype=np.float32)
-        if self._ranks.size < vocab:
-            self._ranks = np.empty(vocab, dtype=self._ranks.dtype)
-        flags = seen or [np.zeros(vocab, dtype=np.bool_)] * rows
-        rows_seen = np.array([flag.ctypes.data for flag in flags], dtype=np.uintp)
-        numbers = {
-            "penalties": penalties or [1.0] * rows,
-            "temperatures": [sampler.temperature for sampler in samplers],
-            "thresholds": [1 - sampler.top_p for sampler in samplers],
-            "uniforms": uniforms,
-        }
-        numbers = {name: np.array(values, np.float32) for name, values in numbers.items()}
-        top_ps = np.array([0 < sampler.top_p < 1 for sampler in samplers], dtype=np.int32)
-        codes = np.empty(rows, dtype=np.int64)
-        self.pick_rows(
-            logits.ctypes.data,
-            rows,
-            vocab,
-            rows_seen.ctypes.data,
-            numbers["penalties"].ctypes.data,
-            numbers["temperatures"].ctypes.data,
-            top_ks.ctypes.data,
-            top_ps.ctypes.data,
-            numbers["thresholds"].ctypes.data,
-            numbers["uniforms"].ctypes.data,
-            self._draw_work.ctypes.data,
-            self._ranks.ctypes.data,
-            codes.ctypes.data,
-        )
-        for row in np.flatnonzero(codes < 0):
-            draw = _filtered_draw(
-                mx.array(logits[row][None]), mx.array([[uniforms[row]]]), samplers[row]
-            )
-            codes[row] = draw.item()
-        return codes
+        place), as ``sampling`` picks them (see ``Picks``; ``seen``: each
+        row's flags)."""
+        vocab = logits.shape[1]
+        flags = None if seen is None else [row[None] for row in seen]
+        return Picks(self, samplers, vocab, flags, penalties)(logits, uniforms)
 
     def uniforms(self, keys: np.ndarray, count: int) -> np.ndarray:
         """The uniforms MLX draws from the next ``count`` subkeys of each of
@@ -207,6 +163,80 @@ def panels(weight: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(
         weight.reshape(outs // PANEL, PANEL, ins).transpose(0, 2, 1)
     )
+
+
+# struct ranked: a float and a long, aligned as C lays them out
+RANKED = np.dtype([("value", np.float32), ("index", np.int64)], align=True)
+
+
+class Picks:
+    """The picks of rows of logits (a request each), a head at a time, as
+    ``sampling`` picks them: after the repetition penalty over the tokens
+    the row's request has seen, greedy (temperature 0) or ``_filtered_draw``
+    with the row's uniform; MLX's draw where a tie at the top-k boundary
+    leaves the kept tokens to MLX's partition. The rows' samplers,
+    penalties and flags (each row's ``[heads, vocab]``; none: no penalty)
+    are laid out once for every head."""
+
+    def __init__(
+        self,
+        kernels: Kernels,
+        samplers: list[HeadSampler],
+        vocab: int,
+        seen: list[np.ndarray] | None = None,
+        penalties: list[float] | None = None,
+    ):
+        rows = len(samplers)
+        self._kernels, self._samplers, self._vocab = kernels, samplers, vocab
+        top_ks = [sampler.top_k if 0 < sampler.top_k < vocab else 0 for sampler in samplers]
+        self._work_row = 2 * vocab + max(top_ks) + 1
+        self._work = np.empty(rows * self._work_row, dtype=np.float32)
+        self._ranks = np.empty(rows * vocab, dtype=RANKED)
+        flags = seen or [np.zeros((1, vocab), dtype=np.bool_)] * rows
+        self._seen = np.array([row.ctypes.data for row in flags], dtype=np.uintp)
+        self._head_strides = np.array([row.strides[0] for row in flags], dtype=np.uintp)
+        self._flags = flags  # kept while C reads them
+        self._penalties = np.array(penalties or [1.0] * rows, dtype=np.float32)
+        self._temperatures = np.array([s.temperature for s in samplers], dtype=np.float32)
+        self._thresholds = np.array([1 - s.top_p for s in samplers], dtype=np.float32)
+        self._top_ks = np.array(top_ks, dtype=np.int64)
+        self._top_ps = np.array([0 < s.top_p < 1 for s in samplers], dtype=np.int32)
+
+    def __call__(
+        self, logits: np.ndarray, uniforms: list[float], head: int = 0
+    ) -> np.ndarray:
+        """A token for each row of ``logits`` (``[rows, vocab]``, changed in
+        place), with the rows' flags of ``head``."""
+        rows, vocab = logits.shape
+        if vocab != self._vocab:
+            raise ValueError(f"logits of {vocab} tokens, picks laid out for {self._vocab}")
+        seen = self._seen + self._head_strides * np.uintp(head)
+        drawn = np.array(uniforms, dtype=np.float32)
+        codes = np.empty(rows, dtype=np.int64)
+        self._kernels.pick_rows(
+            logits.ctypes.data,
+            rows,
+            vocab,
+            seen.ctypes.data,
+            self._penalties.ctypes.data,
+            self._temperatures.ctypes.data,
+            self._top_ks.ctypes.data,
+            self._top_ps.ctypes.data,
+            self._thresholds.ctypes.data,
+            drawn.ctypes.data,
+            self._work.ctypes.data,
+            self._work_row,
+            self._ranks.ctypes.data,
+            codes.ctypes.data,
+        )
+        for row in np.flatnonzero(codes < 0):
+            draw = _filtered_draw(
+                mx.array(logits[row][None]),
+                mx.array([[uniforms[row]]]),
+                self._samplers[row],
+            )
+            codes[row] = draw.item()
+        return codes
 
 
 def host_view(array: mx.array) -> np.ndarray:

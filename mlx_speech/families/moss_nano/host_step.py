@@ -56,6 +56,7 @@ from .host_kernels import (
     PANELLED_LAYERS,
     Block,
     Kernels,
+    Picks,
     host_view,
     own_product_sound,
     panels,
@@ -265,22 +266,24 @@ class HostStep:
             return
         previous = np.tile(self._slot, (len(live), 1))
         codes = np.empty((len(live), self._n_vq), dtype=np.int64)
+        samplers = [jobs[index].sampling.audio for index in live]
+        picks = Picks(
+            self._kernels,
+            samplers,
+            len(self._audio[0]),  # every codebook's size
+            [hosts[index].seen for index in live],
+            [jobs[index].sampling.repetition_penalty for index in live],
+        )
         for channel, table in enumerate(self._audio):
             out = self._local_rows(
                 previous, [local[index] for index in live], channel + 1, own
             )
             logits = self._kernels.products(out, table, own)
-            samplers = [jobs[index].sampling.audio for index in live]
-            codes[:, channel] = self._kernels.picks(
-                logits,
-                samplers,
-                [
-                    next(uniforms[index]) if is_random(sampler) else 0.0
-                    for index, sampler in zip(live, samplers, strict=True)
-                ],
-                [hosts[index].seen[channel] for index in live],
-                [jobs[index].sampling.repetition_penalty for index in live],
-            )
+            drawn = [
+                next(uniforms[index]) if is_random(sampler) else 0.0
+                for index, sampler in zip(live, samplers, strict=True)
+            ]
+            codes[:, channel] = picks(logits, drawn, channel)
             previous = table[codes[:, channel]]
         for row, index in enumerate(live):
             self._finish(jobs[index], hosts[index], codes[row])
