@@ -975,6 +975,11 @@ static void lanes_totals(const lanes *sums, float *totals) {
 }
 #endif
 
+/* A tile (of the first rows) asks for the weights OWN_AHEAD outputs on into
+ * the second-level cache as it goes: from memory (the heads' tables, the
+ * global c_proj), eight rows went from 17 to 21 GB/s, one from 26 to 29. */
+enum { OWN_AHEAD = 8 };
+
 /* outputs o.. o + outs_here of rows r.. r + rows_here: one tile, its sums
  * in registers (both counts are constants where it is inlined); outputs
  * before quartered totalled by quarters_total, the others pairwise. */
@@ -996,6 +1001,9 @@ static inline __attribute__((always_inline)) void own_tile(
             in_register(&ws);
             for (int i = 0; i < rows_here; i++) sums[j][i] = fused(ws, xs[i], sums[j][i]);
         }
+        if (r == 0 && o + OWN_AHEAD + outs_here <= outs)
+            for (int j = 0; j < outs_here; j++)
+                __builtin_prefetch(w + (o + OWN_AHEAD + j) * ins + k, 0, 2);
     }
     if (whole < ins) { /* the last terms in the first lanes, zeros in the others */
         for (int j = 0; j < outs_here; j++)
