@@ -8,8 +8,8 @@ text, reference clip and greedy decoding.
 Reports steady ms/frame (from two lengths, so prefill and fixed costs cancel),
 time to first audio (new reference, then the same reference again: cached),
 total time, real-time factor, peak memory (each side's resident weights and
-caches plus the most its run held above them, in MLX's allocator plus numpy's
-host buffers), the BLAS and the ratios.
+caches, ours with the host step's panels, plus the most its run held above
+them, in MLX's allocator plus numpy's host buffers), the BLAS and the ratios.
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
@@ -176,7 +176,9 @@ def main() -> None:
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
     theirs_warm = _active_mib()
     _ours_buffered(tts, clip.read_bytes(), 2)
-    our_resident = ours_loaded - empty + _active_mib() - theirs_warm
+    # and the host step's panels, a copy of some weights outside MLX
+    held = 0 if host is None else host.held_bytes / 2**20  # as ours: the same checkpoint
+    our_resident = ours_loaded - empty + _active_mib() - theirs_warm + held
     their_resident = theirs_warm - ours_loaded
 
     (_, their_result), their_memory = _peak_memory(

@@ -175,6 +175,8 @@ host = HostStep.__new__(HostStep)
 host._kernels, host._work = kernels, np.empty(0, dtype=np.float32)
 plain, panelled = _Transformer(model), _Transformer(model, panelled=True)
 assert not plain.blocks[0][0].fc_in_panel and panelled.blocks[0][0].fc_in_panel
+assert plain.panel_bytes == 0
+assert panelled.panel_bytes == 4 * (768 * 256 + 4096 * 256 + 256 * 4096)
 
 generator = np.random.default_rng(11)
 def step(transformer, count):

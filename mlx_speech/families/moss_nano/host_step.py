@@ -101,6 +101,15 @@ class _Transformer:
         self._rotary = first.rotary_emb
         self._cos = self._sin = np.empty((0, self.dim), dtype=np.float32)
 
+    @property
+    def panel_bytes(self) -> int:
+        """The host memory its blocks' panels take (the rest are views)."""
+        return sum(
+            view.nbytes
+            for _, views in self.blocks
+            for view in views[2 * len(BLOCK_LAYERS) :]
+        )
+
     def rotation(self, positions: np.ndarray):
         """RoPE cos and sin at each of ``positions``, each ``[rows, dim]``
         (``None`` without RoPE)."""
@@ -223,6 +232,13 @@ class HostStep:
         )
         self._audio = [host_view(embedding.weight) for embedding in model.audio_embeddings]
         self._work = np.empty(0, dtype=np.float32)
+
+    @property
+    def held_bytes(self) -> int:
+        """The host memory it keeps beside the model's own weights (of which
+        it holds views): its panels and its copy of the text head."""
+        panels = self._global.panel_bytes + self._local.panel_bytes
+        return panels + self._text_head.nbytes
 
     def step(self, jobs: list) -> None:
         """One frame for each of ``jobs`` (none of them done), their prompts
