@@ -1161,10 +1161,12 @@ enum { PANEL_AHEAD = 128 };
 /* outputs o.. o + outs_here of the rows in lanes (xt: a row group's ins
  * columns of CHAIN_LANES floats), into totals. The tile's weights start at
  * w + o * ins, output j's term k at j * apart + k * along from there (a
- * weight's: ins and 1; a panel's: 1 and PANEL). */
+ * weight's: ins and 1; a panel's: 1 and PANEL). ahead: the first row group
+ * over the tile, which asks for the weights ahead (the others find the
+ * tile's in cache). */
 static inline __attribute__((always_inline)) void chain_tile(
     const float *xt, const float *w, const float *bias, count_t ins, count_t o, int outs_here,
-    count_t apart, count_t along, eight *totals) {
+    count_t apart, count_t along, int ahead, eight *totals) {
     for (int j = 0; j < outs_here; j++) totals[j] = (eight){0} + (bias ? bias[o + j] : 0.0f);
     for (count_t start = 0; start < ins;) {
         count_t length = chain_block(ins - start);
@@ -1173,10 +1175,10 @@ static inline __attribute__((always_inline)) void chain_tile(
         const float *wk = w + o * ins + start * along;
         const eight *column = (const eight *)xt + start;
         for (count_t k = 0; k < length; k++) {
-            if (along == 1 && k % CHAIN_AHEAD_EVERY == 0)
+            if (ahead && along == 1 && k % CHAIN_AHEAD_EVERY == 0)
                 for (int j = 0; j < CHAIN_OUTS; j++)
                     __builtin_prefetch(wk + (CHAIN_AHEAD + j) * apart + k, 0, 2);
-            if (along != 1) __builtin_prefetch(wk + (k + PANEL_AHEAD) * along, 0, 2);
+            if (ahead && along != 1) __builtin_prefetch(wk + (k + PANEL_AHEAD) * along, 0, 2);
             eight xs = column[k];
             for (int j = 0; j < outs_here; j++)
                 chains[j] = fused_by(xs, wk[j * apart + k * along], chains[j]);
@@ -1330,7 +1332,7 @@ static void panel_chains(const struct chain_work *p, count_t o, count_t last) {
         for (count_t g = 0; g < groups; g++) {
             eight totals[PANEL];
             chain_tile(p->xt + g * p->ins * CHAIN_LANES, p->panel, p->bias, p->ins, o, PANEL, 1,
-                       PANEL, totals);
+                       PANEL, g == 0, totals);
             put_group(p, g, o, PANEL, totals);
         }
 }
@@ -1353,9 +1355,9 @@ static void run_chains(const void *argument, count_t piece) {
             eight totals[CHAIN_OUTS];
             const float *xt = p->xt + g * p->ins * CHAIN_LANES;
             if (outs_here == CHAIN_OUTS)
-                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, p->ins, 1, totals);
+                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, p->ins, 1, g == 0, totals);
             else
-                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, p->ins, 1, totals);
+                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, p->ins, 1, g == 0, totals);
             put_group(p, g, o, outs_here, totals);
         }
     }
