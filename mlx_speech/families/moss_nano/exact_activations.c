@@ -1256,7 +1256,7 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
  *
  * A weight's rows read side by side: the terms of one output lie ins floats
  * apart, and where that is a multiple of the cache's way size (Nano's
- * c_fc's 3072 inputs: 12 KB) every output of a tile maps to the same cache
+ * mlp.fc_out's 3072 inputs: 12 KB) every output of a tile maps to the same
  * set, and the tile's reads evict each other (one row's fc_out 0.38 against
  * fc_in's 0.18 ms). A panel holds PANEL outputs' weights term by term,
  * panel[(o / PANEL) * ins * PANEL + k * PANEL + o % PANEL]: a tile reads one
