@@ -214,15 +214,21 @@ class HostStep:
     embedding tables, and the library's checked functions."""
 
     def __init__(
-        self, model: Model, kernels: Kernels, own_for_sampling: bool, stacking: bool
+        self,
+        model: Model,
+        kernels: Kernels,
+        own_for_sampling: bool,
+        stacking: bool,
+        panelled: bool = False,
     ):
         self._kernels = kernels
         self.own_for_sampling = own_for_sampling
         self._stacking = stacking  # prompts may share their products
         self._prompt_shapes = _prompt_shapes(model)
         self._global = _Transformer(model.transformer)
-        # read 17 times a frame, its weights stay in cache: their panels pay
-        self._local = _Transformer(model.local_transformer, panelled=True)
+        # read 17 times a frame, the local weights' panels (where its products
+        # chain: ``panelled``) repay their memory
+        self._local = _Transformer(model.local_transformer, panelled=panelled)
         config = model.config
         self._n_vq = config.n_vq
         text = host_view(model.transformer.wte.weight)
@@ -556,7 +562,8 @@ def host_step(model: Model, blas: str | None = None) -> HostStep | None:
     trust_chained_shapes(kernels, shapes, generator)  # a prompt's products
     lone_everywhere = trust_lone_shapes(kernels, shapes, generator)
     stacking = stacking_holds(kernels, _prompt_shapes(model), generator)
-    host = HostStep(model, kernels, not (exact_asked() or lone_everywhere), stacking)
+    own_for_sampling = not (exact_asked() or lone_everywhere)
+    host = HostStep(model, kernels, own_for_sampling, stacking, panelled=lone_everywhere)
     if (
         _matches_mlx(host, model)
         and _draws_match(host._kernels, generator)
