@@ -1212,17 +1212,38 @@ static inline __attribute__((always_inline)) void turned(const float *w, count_t
     }
 }
 
+/* How many terms a lone row's second chain runs behind the first where the
+ * rows alias (lone_chains): mlp.fc_out's product for one row, 36 weights
+ * from memory, 13.7 -> 8.8 ms; one weight in cache, 0.33 -> 0.16 ms. */
+enum { SKEW = 64 };
+
+/* terms k.. k + 8 of a lone row's chain over the 8 outputs at w (their
+ * weights turned), into chain. */
+static inline __attribute__((always_inline)) __m256 eight_terms(const float *x, const float *w,
+                                                               count_t ins, count_t k,
+                                                               __m256 chain) {
+    __m256 columns[8];
+    turned(w, ins, k, columns);
+    for (int i = 0; i < 8; i++)
+        chain = _mm256_fmadd_ps(columns[i], _mm256_set1_ps(x[k + i]), chain);
+    return chain;
+}
+
 /* A lone row's outputs o.. o + 16, in the lanes of two chains: each
  * output's weights turned eight terms at a time (measured: twice the rate
- * of the row in the lanes; more outputs at once are slower). */
+ * of the row in the lanes; more outputs at once are slower). Where the rows
+ * lie a multiple of 4 KB apart (mlp.fc_out's), all 16 at a term fall in one
+ * set of the first-level cache and evict each other: there the second
+ * chain runs SKEW terms behind the first, on other sets (each chain's terms
+ * in the same order). */
 static void lone_chains(const float *x, const float *w, const float *bias, float *out,
                         count_t ins, count_t o) {
     const float *first = w + o * ins, *second = first + 8 * ins;
     /* the next 16 outputs' rows, asked for into the second-level cache as
      * the chains go (from memory, 36 weights of a shape: attn.c_attn's 7.4-9.2
-     * -> 6.4-8.1 ms, mlp.fc_in's 11.0-11.6 -> 8.1), unless the rows lie a
-     * multiple of 4 KB apart (mlp.fc_out's): there it made a lone row slower */
-    int ahead = ins % 1024 != 0;
+     * -> 6.4-8.1 ms, mlp.fc_in's 11.0-11.6 -> 8.1), unless the rows alias:
+     * there it made a lone row slower */
+    int aliased = ins % 1024 == 0;
     __m256 totals[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     if (bias) {
         totals[0] = _mm256_loadu_ps(bias + o);
@@ -1230,19 +1251,24 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
     }
     for (count_t start = 0; start < ins;) {
         count_t end = start + chain_block(ins - start), k = start;
+        count_t length = end - start;
+        count_t skew = aliased && length % 8 == 0 && length >= 2 * SKEW ? SKEW : 0;
         __m256 chains[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (; k < start + skew; k += 8) chains[0] = eight_terms(x, first, ins, k, chains[0]);
         for (; k + 8 <= end; k += 8) {
             __m256 columns[2][8];
-            if (ahead && k % 16 == 0)
+            if (!aliased && k % 16 == 0)
                 for (int j = 0; j < 16; j++) __builtin_prefetch(first + (16 + j) * ins + k, 0, 2);
             turned(first, ins, k, columns[0]);
-            turned(second, ins, k, columns[1]);
+            turned(second, ins, k - skew, columns[1]);
             for (int i = 0; i < 8; i++) {
-                __m256 term = _mm256_set1_ps(x[k + i]);
-                chains[0] = _mm256_fmadd_ps(columns[0][i], term, chains[0]);
-                chains[1] = _mm256_fmadd_ps(columns[1][i], term, chains[1]);
+                chains[0] = _mm256_fmadd_ps(columns[0][i], _mm256_set1_ps(x[k + i]), chains[0]);
+                chains[1] =
+                    _mm256_fmadd_ps(columns[1][i], _mm256_set1_ps(x[k - skew + i]), chains[1]);
             }
         }
+        for (count_t behind = k - skew; behind < k; behind += 8)
+            chains[1] = eight_terms(x, second, ins, behind, chains[1]);
         for (; k < end; k++) {
             float column[16];
             for (int j = 0; j < 16; j++) column[j] = first[j * ins + k];
