@@ -300,13 +300,16 @@ def test_sampling_takes_mlxs_numbers_where_the_lone_order_holds_everywhere(
     model, monkeypatch, everywhere
 ):
     """Where every product shape passed the lone order's check (OpenBLAS), a
-    seeded sampled request takes MLX's numbers (its codes MLX's); where any
-    did not, the library's own products."""
+    seeded sampled request takes MLX's numbers (its codes MLX's), and the
+    local transformer has its panels; where any did not, the library's own
+    products, and no panels."""
     from mlx_speech.families.moss_nano import host_step as module
 
     monkeypatch.setattr(module, "trust_lone_shapes", lambda *arguments: everywhere)
     host = host_step(model)
     assert host is not None and host.own_for_sampling is not everywhere
+    # the local transformer's panels: made only where its products chain
+    assert (host.held_bytes > host._text_head.nbytes) is everywhere
     kinds = []
     through = HostStep._global_rows
 
