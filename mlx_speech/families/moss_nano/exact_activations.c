@@ -975,6 +975,13 @@ static void lanes_totals(const lanes *sums, float *totals) {
 }
 #endif
 
+/* Asks for the cache line floats on from p into the second-level cache. The
+ * address is computed as an integer: past the last weights it points
+ * nowhere, which a prefetch may (it never faults). */
+static inline void ask_for(const float *p, count_t floats) {
+    __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)floats * sizeof(float)), 0, 2);
+}
+
 /* A tile (of the first rows) asks for the weights OWN_AHEAD outputs on into
  * the second-level cache as it goes: from memory (the heads' tables, the
  * global c_proj), eight rows went from 17 to 21 GB/s, one from 26 to 29. */
@@ -1003,7 +1010,7 @@ static inline __attribute__((always_inline)) void own_tile(
         }
         if (r == 0 && o + OWN_AHEAD + outs_here <= outs)
             for (int j = 0; j < outs_here; j++)
-                __builtin_prefetch(w + (o + OWN_AHEAD + j) * ins + k, 0, 2);
+                ask_for(w, (o + OWN_AHEAD + j) * ins + k);
     }
     if (whole < ins) { /* the last terms in the first lanes, zeros in the others */
         for (int j = 0; j < outs_here; j++)
@@ -1177,8 +1184,8 @@ static inline __attribute__((always_inline)) void chain_tile(
         for (count_t k = 0; k < length; k++) {
             if (ahead && along == 1 && k % CHAIN_AHEAD_EVERY == 0)
                 for (int j = 0; j < CHAIN_OUTS; j++)
-                    __builtin_prefetch(wk + (CHAIN_AHEAD + j) * apart + k, 0, 2);
-            if (ahead && along != 1) __builtin_prefetch(wk + (k + PANEL_AHEAD) * along, 0, 2);
+                    ask_for(wk, (CHAIN_AHEAD + j) * apart + k);
+            if (ahead && along != 1) ask_for(wk, (k + PANEL_AHEAD) * along);
             eight xs = column[k];
             for (int j = 0; j < outs_here; j++)
                 chains[j] = fused_by(xs, wk[j * apart + k * along], chains[j]);
@@ -1258,7 +1265,7 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
         for (; k + 8 <= end; k += 8) {
             __m256 columns[2][8];
             if (!aliased && k % 16 == 0)
-                for (int j = 0; j < 16; j++) __builtin_prefetch(first + (16 + j) * ins + k, 0, 2);
+                for (int j = 0; j < 16; j++) ask_for(first, (16 + j) * ins + k);
             turned(first, ins, k, columns[0]);
             turned(second, ins, k - skew, columns[1]);
             for (int i = 0; i < 8; i++) {
@@ -1296,7 +1303,8 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
  * stream and, for a lone row, needs no transposition. The numbers are the
  * chained ones (each output's chain of terms in the same order). */
 enum { PANEL = 16, LONE_PANELS = 4 };
-_Static_assert(PANEL == LANES && PANEL <= TILE_OUTS, "a panel fills the lanes and a tile");
+_Static_assert((int)PANEL == (int)LANES && (int)PANEL <= (int)TILE_OUTS,
+               "a panel fills the lanes and a tile");
 
 static inline lanes every_lane(float v) {
 #if defined(__AVX512F__)
