@@ -426,9 +426,7 @@ class HostStep:
     def _prompt_block(self, block: Block, x, caches, starts, counts, cos, sin, work):
         """One block over prompts' rows stacked in ``x``, in place
         (``caches``: each prompt's keys and values of this layer)."""
-        keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
-        values = np.array([pair[1].ctypes.data for pair in caches], dtype=np.uintp)
-        capacities = np.array([pair[0].shape[1] for pair in caches], dtype=np.int64)
+        keys, values, capacities = _cache_addresses(caches)
         starts, counts = (np.array(each, dtype=np.int64) for each in (starts, counts))
         self._kernels.block_prompts(
             ctypes.byref(block),
@@ -451,9 +449,7 @@ class HostStep:
         needed = len(x) * (5 * block.width + 2 * block.inner + scratch)
         if self._work.size < needed:
             self._work = np.empty(needed + 1024, dtype=np.float32)
-        keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
-        values = np.array([pair[1].ctypes.data for pair in caches], dtype=np.uintp)
-        capacities = np.array([pair[0].shape[1] for pair in caches], dtype=np.int64)
+        keys, values, capacities = _cache_addresses(caches)
         positions = np.ascontiguousarray(positions, dtype=np.int64)  # kept while C reads it
         self._kernels.block_rows(
             ctypes.byref(block),
@@ -492,6 +488,16 @@ class HostStep:
         if not is_random(sampler):
             return int(np.argmax(logits))
         return self._kernels.draw(logits, sampler, next(uniforms))
+
+
+def _cache_addresses(caches) -> tuple[np.ndarray, ...]:
+    """For C: the addresses of each job's keys and values of a layer
+    (``caches``: a pair each, ``[heads, capacity, dim]``) and their
+    capacities."""
+    keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
+    values = np.array([pair[1].ctypes.data for pair in caches], dtype=np.uintp)
+    capacities = np.array([pair[0].shape[1] for pair in caches], dtype=np.int64)
+    return keys, values, capacities
 
 
 def _address(table: np.ndarray | None):
