@@ -45,6 +45,19 @@ from mlx_speech.families.moss_nano.host_kernels import (
 kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 assert "openblas" in mlx_blas(), mlx_blas()
 generator = np.random.default_rng(3)
+
+# the block of terms found for this machine's sgemm; one 16 terms shorter
+# does not give its numbers
+found = kernels.chain_length
+assert found is not None
+x = generator.standard_normal((8, 3072), dtype=np.float32)
+w = generator.standard_normal((64, 3072), dtype=np.float32)
+kernels.use_chain_length(found - 16)
+assert not np.array_equal(
+    kernels.through(kernels.chained_product, x, w),
+    kernels.through(kernels.sgemm_product, x, w),
+)
+kernels.use_chain_length(found)
 shapes = {_SHAPES!r}
 chained = 0
 for outs, ins in shapes:
@@ -83,11 +96,13 @@ print(chained)
 
 @pytest.mark.skipif(OPENBLAS is None, reason="OpenBLAS is not installed")
 def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
-    """Every Nano product shape, 1 to 16, 38 and 64 rows (a prompt's), with a
-    bias and without (the row counts OpenBLAS takes its small-matrix kernel
-    for are left to it). The load checks trust them all, chained as sgemm and
-    in the lone order (each of ten rows together as sgemm computes it alone,
-    the small-matrix kernel's order included), and none against a BLAS that
+    """The block of terms at which this machine's sgemm restarts its chains is
+    found at load. Then every Nano product shape, 1 to 16, 38 and 64 rows (a
+    prompt's), with a bias and without (the row counts OpenBLAS takes its
+    small-matrix kernel for are left to it). The load checks trust them all,
+    chained as sgemm and in the lone order (each of ten rows together as
+    sgemm computes it alone, the small-matrix kernel's order included), and
+    none against a BLAS that
     rounds one output otherwise."""
     environment = {**os.environ, "LD_PRELOAD": OPENBLAS, "OPENBLAS_THREAD_TIMEOUT": "20"}
     result = subprocess.run(

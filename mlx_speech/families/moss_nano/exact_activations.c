@@ -1118,7 +1118,7 @@ void small_order_product(const float *x, count_t rows, const float *w, const flo
  * For stacked rows, OpenBLAS's sgemm first copies the weights into panels,
  * which for a few rows costs more than the arithmetic. Its numbers come
  * from a plain order, though: each output is a chain of fused multiply-adds
- * over the terms in turn, restarted at every block of terms (CHAIN_BLOCK,
+ * over the terms in turn, restarted at every block of terms (chain_length,
  * the last two blocks of a run evened out, the first taking the odd term),
  * each chain's result added in turn to the bias or to zero. chained_product
  * follows that order, its lanes eight rows of one output (or, for a lone
@@ -1127,7 +1127,14 @@ void small_order_product(const float *x, count_t rows, const float *w, const flo
  * would chain too (not where OpenBLAS takes its small-matrix kernel, which
  * adds in another order), and by lone_product (below). */
 
-enum { CHAIN_BLOCK = 320, CHAIN_LANES = 8, CHAIN_OUTS = 8 };
+enum { CHAIN_LANES = 8, CHAIN_OUTS = 8 };
+
+/* The block differs from machine to machine (OpenBLAS 0.3.21: 320 terms on
+ * an AMD EPYC Zen 4, 448 on an Intel Xeon with AVX-512), so it is found at
+ * load against the BLAS's sgemm (host_kernels.py) and set here. */
+static count_t chain_length = 320;
+
+void use_chain_length(count_t length) { chain_length = length; }
 
 typedef float eight __attribute__((vector_size(32), aligned(32)));
 
@@ -1144,8 +1151,8 @@ static inline __attribute__((always_inline)) eight fused_by(eight a, float b, ei
 
 /* the length of the block of terms starting with left terms to go. */
 static count_t chain_block(count_t left) {
-    if (left >= 2 * CHAIN_BLOCK) return CHAIN_BLOCK;
-    if (left > CHAIN_BLOCK) return (left + 1) / 2;
+    if (left >= 2 * chain_length) return chain_length;
+    if (left > chain_length) return (left + 1) / 2;
     return left;
 }
 

@@ -26,6 +26,10 @@ BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.
 PANELLED_LAYERS = {"attn": "attn.c_attn", "fc_in": "mlp.fc_in", "fc_out": "mlp.fc_out"}
 # The outputs of a panel (``PANEL`` in the C library).
 PANEL = 16
+# The blocks of terms at which sgemm may restart its chains of fused
+# multiply-adds, tried in turn at load: OpenBLAS's differs from machine to
+# machine (0.3.21: 320 on an AMD EPYC Zen 4, 448 on an Intel Xeon).
+CHAIN_LENGTHS = range(16, 1025, 16)
 
 
 class Block(ctypes.Structure):
@@ -62,6 +66,7 @@ class Kernels:
             "chained_applies": "nnn:n",
             "small_kernel_takes": "nnn:n",
             "trust_chained": "nn:n",
+            "use_chain_length": "n:v",
             "lone_product": "pnpppnn:v",
             "lone_order_product": "pnpppnn:v",
             "trust_lone": "nn:n",
@@ -81,6 +86,12 @@ class Kernels:
             entry.argtypes = [types[letter] for letter in arguments]
             entry.restype = types[result]
             setattr(self, name, entry)
+        address = ctypes.cast(blas.cblas_sgemm, POINTER).value
+        if address not in _CHAIN_LENGTH_FOUND:
+            _CHAIN_LENGTH_FOUND[address] = _chain_length(self)
+        self.chain_length = _CHAIN_LENGTH_FOUND[address]
+        if self.chain_length is not None:  # without one, no chained order is trusted
+            self.use_chain_length(self.chain_length)
 
     def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
         """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): each row's
@@ -237,6 +248,24 @@ class Picks:
             )
             codes[row] = draw.item()
         return codes
+
+
+# Per BLAS (its sgemm's address), the block of terms found for it.
+_CHAIN_LENGTH_FOUND: dict[int, int | None] = {}
+
+
+def _chain_length(kernels: Kernels) -> int | None:
+    """The block of ``CHAIN_LENGTHS`` at which the chained product gives
+    sgemm's numbers for eight rows of 3072 terms (where each block's length
+    shows: the first is the block itself), or ``None``; the load checks
+    below then decide, shape by shape, where the chained orders stand in."""
+    x, w, _ = _operands(np.random.default_rng(4), 8, 64, 3072)
+    theirs = kernels.through(kernels.sgemm_product, x, w)
+    for length in CHAIN_LENGTHS:
+        kernels.use_chain_length(length)
+        if np.array_equal(kernels.through(kernels.chained_product, x, w), theirs):
+            return length
+    return None
 
 
 def host_view(array: mx.array) -> np.ndarray:
