@@ -102,8 +102,7 @@ def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
     small-matrix kernel for are left to it). The load checks trust them all,
     chained as sgemm and in the lone order (each of ten rows together as
     sgemm computes it alone, the small-matrix kernel's order included), and
-    none against a BLAS that
-    rounds one output otherwise."""
+    none against a BLAS that rounds one output otherwise."""
     environment = {**os.environ, "LD_PRELOAD": OPENBLAS, "OPENBLAS_THREAD_TIMEOUT": "20"}
     result = subprocess.run(
         [sys.executable, "-c", _AGAINST_OPENBLAS],
