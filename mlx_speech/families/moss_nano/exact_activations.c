@@ -1156,46 +1156,32 @@ static count_t chain_block(count_t left) {
     return left;
 }
 
-/* The most outputs of a tile of rows in lanes (CHAIN_OUTS from a weight,
- * PANEL from its panel). */
-enum { TILE_OUTS = 16 };
-
 /* A tile from a weight asks for the rows CHAIN_AHEAD outputs on, a cache
  * line each every CHAIN_AHEAD_EVERY terms: the hardware alone keeps too few
  * reads in flight while the arithmetic runs (eight rows of the global
  * layers, weights from memory: 14.4 -> 12.0 ms for 340 MB). */
 enum { CHAIN_AHEAD = 16, CHAIN_AHEAD_EVERY = 16 };
 
-/* A tile from a panel asks for the line PANEL_AHEAD terms on: the local
- * transformer's panels (26 MB) do not all stay in this machine's share of
- * the last-level cache, and its three chained products for eight rows in
- * turn took 0.68-0.83 ms without, 0.61-0.65 with. */
-enum { PANEL_AHEAD = 128 };
-
 /* outputs o.. o + outs_here of the rows in lanes (xt: a row group's ins
- * columns of CHAIN_LANES floats), into totals. The tile's weights start at
- * w + o * ins, output j's term k at j * apart + k * along from there (a
- * weight's: ins and 1; a panel's: 1 and PANEL). ahead: the first row group
+ * columns of CHAIN_LANES floats), into totals. ahead: the first row group
  * over the tile, which asks for the weights ahead (the others find the
  * tile's in cache). */
-static inline __attribute__((always_inline)) void chain_tile(
-    const float *xt, const float *w, const float *bias, count_t ins, count_t o, int outs_here,
-    count_t apart, count_t along, int ahead, eight *totals) {
+static inline __attribute__((always_inline)) void chain_tile(const float *xt, const float *w,
+                                                             const float *bias, count_t ins,
+                                                             count_t o, int outs_here, int ahead,
+                                                             eight *totals) {
     for (int j = 0; j < outs_here; j++) totals[j] = (eight){0} + (bias ? bias[o + j] : 0.0f);
     for (count_t start = 0; start < ins;) {
         count_t length = chain_block(ins - start);
-        eight chains[TILE_OUTS];
+        eight chains[CHAIN_OUTS];
         for (int j = 0; j < outs_here; j++) chains[j] = (eight){0};
-        const float *wk = w + o * ins + start * along;
+        const float *wk = w + o * ins + start;
         const eight *column = (const eight *)xt + start;
         for (count_t k = 0; k < length; k++) {
-            if (ahead && along == 1 && k % CHAIN_AHEAD_EVERY == 0)
-                for (int j = 0; j < CHAIN_OUTS; j++)
-                    ask_for(wk, (CHAIN_AHEAD + j) * apart + k);
-            if (ahead && along != 1) ask_for(wk, (k + PANEL_AHEAD) * along);
+            if (ahead && k % CHAIN_AHEAD_EVERY == 0)
+                for (int j = 0; j < CHAIN_OUTS; j++) ask_for(wk, (CHAIN_AHEAD + j) * ins + k);
             eight xs = column[k];
-            for (int j = 0; j < outs_here; j++)
-                chains[j] = fused_by(xs, wk[j * apart + k * along], chains[j]);
+            for (int j = 0; j < outs_here; j++) chains[j] = fused_by(xs, wk[j * ins + k], chains[j]);
         }
         for (int j = 0; j < outs_here; j++) totals[j] = totals[j] + chains[j];
         start += length;
@@ -1310,8 +1296,13 @@ static void lone_chains(const float *x, const float *w, const float *bias, float
  * stream and, for a lone row, needs no transposition. The numbers are the
  * chained ones (each output's chain of terms in the same order). */
 enum { PANEL = 16, LONE_PANELS = 4 };
-_Static_assert((int)PANEL == (int)LANES && (int)PANEL <= (int)TILE_OUTS,
-               "a panel fills the lanes and a tile");
+_Static_assert((int)PANEL == (int)LANES, "a panel fills the lanes");
+
+/* A panel's reads ask for the line PANEL_AHEAD terms on: the local
+ * transformer's panels (26 MB) do not all stay in the Zen 4 machine's share
+ * of the last-level cache, and its three chained products for eight rows in
+ * turn took 0.68-0.83 ms without, 0.61-0.65 with. */
+enum { PANEL_AHEAD = 128 };
 
 static inline lanes every_lane(float v) {
 #if defined(__AVX512F__)
@@ -1347,8 +1338,73 @@ static inline __attribute__((always_inline)) void lone_panel_tiles(
     for (int t = 0; t < tiles; t++) memcpy(out + o + t * PANEL, &totals[t], sizeof totals[t]);
 }
 
+/* Stacked rows' outputs o.. o + PANEL * tiles (tiles at most PANEL_TILES) from their
+ * panels, rows_here rows (at most PANEL_ROWS) at x: per row a chain per tile
+ * in the lanes, the row's term in every lane, so each panel line read serves
+ * every row and a row costs its own arithmetic only (rows in the lanes
+ * instead, chain_tile's way, cost eight rows' for any count). The totals go
+ * through out, as chain_tile's through its registers. ahead: the first rows
+ * over the tiles, which ask for their lines ahead. */
+enum { PANEL_ROWS = 8, PANEL_TILES = 2 };
+static inline __attribute__((always_inline)) void rows_panel_tiles(
+    const float *x, int rows_here, const float *panel, const float *bias, float *out,
+    count_t outs, count_t ins, count_t o, int tiles, int ahead) {
+    const float *first = panel + o * ins;
+    for (int r = 0; r < rows_here; r++)
+        for (int t = 0; t < tiles; t++) {
+            lanes total = (lanes){0} + (bias ? load_lanes(bias + o + t * PANEL) : (lanes){0});
+            memcpy(out + r * outs + o + t * PANEL, &total, sizeof total);
+        }
+    for (count_t start = 0; start < ins;) {
+        count_t end = start + chain_block(ins - start);
+        lanes chains[PANEL_ROWS][PANEL_TILES];
+        for (int r = 0; r < rows_here; r++)
+            for (int t = 0; t < tiles; t++) chains[r][t] = (lanes){0};
+        for (count_t k = start; k < end; k++) {
+            lanes line[PANEL_TILES];
+            for (int t = 0; t < tiles; t++) {
+                if (ahead) ask_for(first, (t * ins + k + PANEL_AHEAD) * PANEL);
+                line[t] = load_lanes(first + (t * ins + k) * PANEL);
+            }
+            for (int r = 0; r < rows_here; r++) {
+                lanes term = every_lane(x[r * ins + k]);
+                for (int t = 0; t < tiles; t++) chains[r][t] = fused(line[t], term, chains[r][t]);
+            }
+        }
+        for (int r = 0; r < rows_here; r++)
+            for (int t = 0; t < tiles; t++) {
+                float *at = out + r * outs + o + t * PANEL;
+                lanes total = load_lanes(at) + chains[r][t];
+                memcpy(at, &total, sizeof total);
+            }
+        start = end;
+    }
+}
+
+/* rows_panel_tiles with rows_here and tiles as constants. */
+#define ROWS_PANEL_CASE(n, t)                                                               \
+    case n: rows_panel_tiles(x, n, panel, bias, out, outs, ins, o, t, ahead); break;
+#define ROWS_PANEL_CASES(t)                                                                 \
+    switch (rows_here) {                                                                    \
+        ROWS_PANEL_CASE(1, t) ROWS_PANEL_CASE(2, t) ROWS_PANEL_CASE(3, t)                   \
+        ROWS_PANEL_CASE(4, t) ROWS_PANEL_CASE(5, t) ROWS_PANEL_CASE(6, t)                   \
+        ROWS_PANEL_CASE(7, t) ROWS_PANEL_CASE(8, t)                                         \
+    }
+static void rows_panel_group(const float *x, int rows_here, const float *panel,
+                             const float *bias, float *out, count_t outs, count_t ins, count_t o,
+                             int tiles, int ahead) {
+    _Static_assert(PANEL_ROWS == 8 && PANEL_TILES == 2, "a case for each count");
+    if (tiles == PANEL_TILES)
+        ROWS_PANEL_CASES(PANEL_TILES)
+    else
+        ROWS_PANEL_CASES(1)
+}
+#undef ROWS_PANEL_CASES
+#undef ROWS_PANEL_CASE
+
 struct chain_work {
-    const float *xt, *lone, *w, *panel, *bias; /* lone: a lone row's x, else NULL */
+    const float *xt, *x, *lone, *w, *panel, *bias; /* xt: the rows in lanes (not for panels);
+                                                     lone: a lone row's x, else NULL */
     float *out;
     count_t rows, outs, ins, length;
 };
@@ -1375,14 +1431,14 @@ static void panel_chains(const struct chain_work *p, count_t o, count_t last) {
         }
         return;
     }
-    count_t groups = (p->rows + CHAIN_LANES - 1) / CHAIN_LANES;
-    for (; o < last; o += PANEL)
-        for (count_t g = 0; g < groups; g++) {
-            eight totals[PANEL];
-            chain_tile(p->xt + g * p->ins * CHAIN_LANES, p->panel, p->bias, p->ins, o, PANEL, 1,
-                       PANEL, g == 0, totals);
-            put_group(p, g, o, PANEL, totals);
+    for (; o < last; o += PANEL_TILES * PANEL) {
+        int tiles = last - o >= PANEL_TILES * PANEL ? PANEL_TILES : 1;
+        for (count_t r = 0; r < p->rows; r += PANEL_ROWS) {
+            int rows_here = p->rows - r < PANEL_ROWS ? (int)(p->rows - r) : PANEL_ROWS;
+            rows_panel_group(p->x + r * p->ins, rows_here, p->panel, p->bias,
+                             p->out + r * p->outs, p->outs, p->ins, o, tiles, r == 0);
         }
+    }
 }
 
 static void run_chains(const void *argument, count_t piece) {
@@ -1403,9 +1459,9 @@ static void run_chains(const void *argument, count_t piece) {
             eight totals[CHAIN_OUTS];
             const float *xt = p->xt + g * p->ins * CHAIN_LANES;
             if (outs_here == CHAIN_OUTS)
-                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, p->ins, 1, g == 0, totals);
+                chain_tile(xt, p->w, p->bias, p->ins, o, CHAIN_OUTS, g == 0, totals);
             else
-                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, p->ins, 1, g == 0, totals);
+                chain_tile(xt, p->w, p->bias, p->ins, o, outs_here, g == 0, totals);
             put_group(p, g, o, outs_here, totals);
         }
     }
@@ -1416,15 +1472,10 @@ static void run_chains(const void *argument, count_t piece) {
 static void chain(const float *x, count_t rows, const float *w, const float *panel,
                   const float *bias, float *out, count_t outs, count_t ins) {
     const float *lone = rows == 1 ? x : NULL;
-    count_t groups = lone && panel ? 0 : (rows + CHAIN_LANES - 1) / CHAIN_LANES;
+    count_t groups = panel ? 0 : (rows + CHAIN_LANES - 1) / CHAIN_LANES;
     float *xt = groups ? aligned_alloc(32, groups * ins * CHAIN_LANES * sizeof(float)) : NULL;
     if (groups && !xt) { /* the same numbers without the rows in lanes */
-        if (!panel) {
-            sgemm_product(x, rows, w, bias, out, outs, ins);
-            return;
-        }
-        for (count_t r = 0; r < rows; r++)
-            chain(x + r * ins, 1, w, panel, bias, out + r * outs, outs, ins);
+        sgemm_product(x, rows, w, bias, out, outs, ins);
         return;
     }
     for (count_t g = 0; g < groups; g++)
@@ -1433,8 +1484,8 @@ static void chain(const float *x, count_t rows, const float *w, const float *pan
                 count_t r = g * CHAIN_LANES + l;
                 xt[(g * ins + k) * CHAIN_LANES + l] = r < rows ? x[r * ins + k] : 0.0f;
             }
-    count_t unit = lone && panel ? LONE_PANELS * PANEL : OUTS_UNIT;
-    struct chain_work whole = {xt, lone, w, panel, bias, out, rows, outs, ins,
+    count_t unit = !panel ? OUTS_UNIT : lone ? LONE_PANELS * PANEL : PANEL_TILES * PANEL;
+    struct chain_work whole = {xt, x, lone, w, panel, bias, out, rows, outs, ins,
                                outputs_piece_length(outs, ins, unit)};
     in_pieces(run_chains, &whole, outs, whole.length, 1);
     free(xt);
