@@ -44,13 +44,19 @@ def test_this_machine_builds_and_passes_the_check():
     assert kernels.softmax is not None
 
 
-# 3 rows of 5: short rows; 40 x 1216: large enough for the second thread
+# 3 rows of 5: short rows; 40 x 1216: large enough for the second thread;
+# 11 x 37: a group of eight rows summed side by side and three left over,
+# rows with a NaN, an infinity, every score masked, or a zero maximum
 @needs_library
-@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 77), (40, 1216)])
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 77), (40, 1216), (11, 37)])
 def test_the_softmax_equals_mlx_bit_for_bit(shape):
     generator = np.random.default_rng(shape[-1])
     scores = generator.standard_normal(shape) * 8
     scores[generator.random(shape) < 0.3] = np.finfo(np.float32).min  # masked
+    if shape == (11, 37):
+        scores[2, 5], scores[4, 30], scores[6] = np.nan, np.inf, np.finfo(np.float32).min
+        scores[9] = -np.abs(scores[9])
+        scores[9, [3, 20]] = [0.0, -0.0]
     scores = mx.array(scores.astype(np.float32))
     ours = library.exact_activations().softmax(scores)
     assert (_bits(ours) == _bits(mx.softmax(scores, axis=-1, precise=True))).all()

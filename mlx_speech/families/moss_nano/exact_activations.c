@@ -222,20 +222,53 @@ static void gelu_erf_span(const float *x, float *out, count_t n) {
         out[i] = (0.5f * x[i]) * (1.0f + erf_mlx(x[i] / 1.4142135623730951f));
 }
 
+/* The largest of a row's n floats, NaNs passed over. Any order finds it:
+ * only the sign of a zero maximum could differ, and a difference from +0
+ * and from -0 gives the same exp. */
+static float row_top(const float *row, count_t n) {
+    float top = -INFINITY;
+    count_t j = 0;
+#if defined(__AVX512F__)
+    __m512 tops = _mm512_set1_ps(-INFINITY);
+    for (; j + 16 <= n; j += 16) tops = _mm512_max_ps(_mm512_loadu_ps(row + j), tops);
+    top = _mm512_reduce_max_ps(tops);
+#endif
+    for (; j < n; j++) top = row[j] > top ? row[j] : top;
+    return top;
+}
+
+/* Rows whose sums run side by side in softmax_span: each row's sum stays in
+ * order, and the rows' chains of additions overlap (one row's chain waits
+ * on each addition's latency). */
+enum { SOFTMAX_ROWS = 8 };
+
+static inline __attribute__((always_inline)) void row_totals(const float *o, count_t width,
+                                                             int rows, float *totals) {
+    for (int r = 0; r < rows; r++) totals[r] = 0.0f;
+    for (count_t j = 0; j < width; j++)
+        for (int r = 0; r < rows; r++) totals[r] = totals[r] + o[r * width + j];
+}
+
 /* MLX's softmax over rows of width floats (mlx/backend/cpu/softmax.cpp, for
  * float32): the row's maximum, MLX's exp of each difference, their sum in
  * order, and each times the sum's reciprocal. */
 static void softmax_span(const float *x, float *out, count_t n, count_t width) {
-    for (count_t start = 0; start < n; start += width) {
-        const float *row = x + start;
-        float *o = out + start;
-        float top = -INFINITY;
-        for (count_t j = 0; j < width; j++) top = row[j] > top ? row[j] : top;
-        for (count_t j = 0; j < width; j++) o[j] = exp_mlx(row[j] - top);
-        float total = 0.0f;
-        for (count_t j = 0; j < width; j++) total = total + o[j];
-        float reciprocal = 1.0f / total;
-        for (count_t j = 0; j < width; j++) o[j] = o[j] * reciprocal;
+    for (count_t start = 0; start < n; start += SOFTMAX_ROWS * width) {
+        int rows = (n - start) / width < SOFTMAX_ROWS ? (int)((n - start) / width) : SOFTMAX_ROWS;
+        float *o = out + start, totals[SOFTMAX_ROWS];
+        for (int r = 0; r < rows; r++) {
+            const float *row = x + start + r * width;
+            float top = row_top(row, width);
+            for (count_t j = 0; j < width; j++) o[r * width + j] = exp_mlx(row[j] - top);
+        }
+        if (rows == SOFTMAX_ROWS)
+            row_totals(o, width, SOFTMAX_ROWS, totals);
+        else
+            row_totals(o, width, rows, totals);
+        for (int r = 0; r < rows; r++) {
+            float reciprocal = 1.0f / totals[r];
+            for (count_t j = 0; j < width; j++) o[r * width + j] = o[r * width + j] * reciprocal;
+        }
     }
 }
 
