@@ -63,7 +63,7 @@ chained = 0
 for outs, ins in shapes:
     w = generator.standard_normal((outs, ins), dtype=np.float32)
     bias = generator.standard_normal(outs, dtype=np.float32)
-    for rows in (*range(1, 17), 38, 64):
+    for rows in (*range(1, 17), 25, 38, 64):
         x = generator.standard_normal((rows, ins), dtype=np.float32)
         for added in (bias, None):
             theirs = kernels.through(kernels.sgemm_product, x, w, added)
@@ -97,9 +97,10 @@ print(chained)
 @pytest.mark.skipif(OPENBLAS is None, reason="OpenBLAS is not installed")
 def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
     """The block of terms at which this machine's sgemm restarts its chains is
-    found at load. Then every Nano product shape, 1 to 16, 38 and 64 rows (a
-    prompt's), with a bias and without (the row counts OpenBLAS takes its
-    small-matrix kernel for are left to it). The load checks trust them all,
+    found at load. Then every Nano product shape, 1 to 16, 25, 38 and 64 rows
+    (a prompt's; wide groups of 16 rows and narrow ones of 8 after them), with
+    a bias and without (the row counts OpenBLAS takes its small-matrix kernel
+    for are left to it). The load checks trust them all,
     chained as sgemm and in the lone order (each of ten rows together as
     sgemm computes it alone, the small-matrix kernel's order included), and
     none against a BLAS that rounds one output otherwise."""
@@ -112,7 +113,7 @@ def test_chained_numbers_are_openblas_sgemms_bit_for_bit():
         env=environment,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert int(result.stdout) > 200  # most of the 7 * 18 * 2 products
+    assert int(result.stdout) > 200  # most of the 7 * 19 * 2 products
 
 
 def _kernels():
