@@ -1166,8 +1166,8 @@ enum { CHAIN_LANES = 8, CHAIN_OUTS = 8 };
  * of WIDE_OUTS outputs, and the rest in groups of CHAIN_LANES: a wide
  * group's multiply-add does two narrow ones' work, and each weight read
  * serves twice the rows (the 12 global layers' products, Intel Xeon, best
- * of five: 16 rows 21.9 -> 15.9 ms, 38 rows 49.0 -> 36.4, 64 rows 72.6 ->
- * 49.8). */
+ * of five: 16 rows 21.9 -> 15.8 ms, 38 rows 49.0 -> 35.9, 64 rows 72.6 ->
+ * 47.8-49.1). */
 enum { WIDE_LANES = 16, WIDE_OUTS = 16 };
 
 /* The block differs from machine to machine (OpenBLAS 0.3.21: 320 terms on
