@@ -56,6 +56,18 @@ shapes = {_SHAPES!r}
 trusted, lone = [], []
 kernels.trust_chained = lambda outs, ins: trusted.append((outs, ins)) or 1
 kernels.trust_lone = lambda outs, ins: lone.append((outs, ins)) or 1
+
+# each shape at 1 to 16, 25, 38 and 64 rows, with a bias and without:
+# (shape, rows, weight, x, bias or None, sgemm's numbers)
+def products():
+    for outs, ins in shapes:
+        w = generator.standard_normal((outs, ins), dtype=np.float32)
+        bias = generator.standard_normal(outs, dtype=np.float32)
+        for rows in (*range(1, 17), 25, 38, 64):
+            x = generator.standard_normal((rows, ins), dtype=np.float32)
+            for added in (bias, None):
+                theirs = kernels.through(kernels.sgemm_product, x, w, added)
+                yield (outs, ins), rows, w, x, added, theirs
 """
 
 _CORE = _SETUP + "print(blas.openblas_get_corename().decode())"
@@ -76,17 +88,11 @@ assert not np.array_equal(
 )
 kernels.use_chain_length(found)
 chained = 0
-for outs, ins in shapes:
-    w = generator.standard_normal((outs, ins), dtype=np.float32)
-    bias = generator.standard_normal(outs, dtype=np.float32)
-    for rows in (*range(1, 17), 25, 38, 64):
-        x = generator.standard_normal((rows, ins), dtype=np.float32)
-        for added in (bias, None):
-            theirs = kernels.through(kernels.sgemm_product, x, w, added)
-            if kernels.chained_applies(rows, outs, ins):
-                chained += 1
-                ours = kernels.through(kernels.chained_product, x, w, added)
-                assert np.array_equal(ours, theirs), (outs, ins, rows, added is None)
+for shape, rows, w, x, added, theirs in products():
+    if kernels.chained_applies(rows, *shape):
+        chained += 1
+        ours = kernels.through(kernels.chained_product, x, w, added)
+        assert np.array_equal(ours, theirs), (shape, rows, added is None)
 trust_chained_shapes(kernels, set(shapes), generator)
 assert trust_lone_shapes(kernels, set(shapes), generator)
 assert sorted(trusted) == sorted(shapes), trusted
@@ -103,22 +109,15 @@ _CHECKS_SOUND = (
 # products are used for, here whatever kernels OpenBLAS runs
 trust_chained_shapes(kernels, set(shapes), generator)
 trust_lone_shapes(kernels, set(shapes), generator)
-for outs, ins in shapes:
-    w = generator.standard_normal((outs, ins), dtype=np.float32)
-    bias = generator.standard_normal(outs, dtype=np.float32)
-    for rows in (*range(1, 17), 25, 38, 64):
-        x = generator.standard_normal((rows, ins), dtype=np.float32)
-        for added in (bias, None):
-            theirs = kernels.through(kernels.sgemm_product, x, w, added)
-            if (outs, ins) in trusted and kernels.chained_applies(rows, outs, ins):
-                ours = kernels.through(kernels.chained_product, x, w, added)
-                assert np.array_equal(ours, theirs), (outs, ins, rows, added is None)
-            if (outs, ins) in lone:
-                ours = kernels.through(kernels.lone_order_product, x, w, added)
-                for row in range(rows):
-                    one = x[row : row + 1]
-                    alone = kernels.through(kernels.sgemm_product, one, w, added)
-                    assert np.array_equal(ours[row], alone[0]), (outs, ins, rows, row)
+for shape, rows, w, x, added, theirs in products():
+    if shape in trusted and kernels.chained_applies(rows, *shape):
+        ours = kernels.through(kernels.chained_product, x, w, added)
+        assert np.array_equal(ours, theirs), (shape, rows, added is None)
+    if shape in lone:
+        ours = kernels.through(kernels.lone_order_product, x, w, added)
+        for row in range(rows):
+            alone = kernels.through(kernels.sgemm_product, x[row : row + 1], w, added)
+            assert np.array_equal(ours[row], alone[0]), (shape, rows, row)
 
 # a BLAS that rounds one output otherwise: its shapes are not trusted
 honest = kernels.sgemm_product
