@@ -222,20 +222,7 @@ static void gelu_erf_span(const float *x, float *out, count_t n) {
         out[i] = (0.5f * x[i]) * (1.0f + erf_mlx(x[i] / 1.4142135623730951f));
 }
 
-/* The largest of a row's n floats, NaNs passed over. Any order finds it:
- * only the sign of a zero maximum could differ, and a difference from +0
- * and from -0 gives the same exp. */
-static float row_top(const float *row, count_t n) {
-    float top = -INFINITY;
-    count_t j = 0;
-#if defined(__AVX512F__)
-    __m512 tops = _mm512_set1_ps(-INFINITY);
-    for (; j + 16 <= n; j += 16) tops = _mm512_max_ps(_mm512_loadu_ps(row + j), tops);
-    top = _mm512_reduce_max_ps(tops);
-#endif
-    for (; j < n; j++) top = row[j] > top ? row[j] : top;
-    return top;
-}
+static float largest(const float *x, count_t n);
 
 /* Rows whose sums run side by side in softmax_span: each row's sum stays in
  * order, and the rows' chains of additions overlap (one row's chain waits
@@ -258,7 +245,7 @@ static void softmax_span(const float *x, float *out, count_t n, count_t width) {
         float *o = out + start, totals[SOFTMAX_ROWS];
         for (int r = 0; r < rows; r++) {
             const float *row = x + start + r * width;
-            float top = row_top(row, width);
+            float top = largest(row, width);
             for (count_t j = 0; j < width; j++) o[r * width + j] = exp_mlx(row[j] - top);
         }
         if (rows == SOFTMAX_ROWS)
@@ -556,8 +543,6 @@ struct block {
  * stable argsort and running sums. MLX keeps the top k by a partition whose
  * order among equal values is its own, so a tie at the k-th place returns
  * -1: the caller draws through MLX instead. */
-
-static float largest(const float *x, count_t n);
 
 /* x - max(x), then minus the log of the sum of exps, as MLX's log_softmax
  * and logsumexp compute them. */
@@ -927,6 +912,16 @@ static inline lanes load_lanes(const float *p) {
     return v;
 }
 
+static inline lanes every_lane(float v) {
+#if defined(__AVX512F__)
+    return (lanes)_mm512_set1_ps(v);
+#else
+    lanes out;
+    for (int l = 0; l < LANES; l++) out[l] = v;
+    return out;
+#endif
+}
+
 /* The first largest of x (skipping NaN; minus infinity if none), as a loop
  * keeping x[j] where x[j] > the largest so far finds it: in the lanes, then
  * across them, which finds the same value unless it is zero (then, as +0 and
@@ -1192,13 +1187,7 @@ static inline __attribute__((always_inline)) eight fused_by(eight a, float b, ei
 
 /* fused_by over sixteen lanes: a wide group's (below). */
 static inline __attribute__((always_inline)) lanes fused_by_wide(lanes a, float b, lanes c) {
-#if defined(__AVX512F__)
-    return (lanes)_mm512_fmadd_ps((__m512)a, _mm512_set1_ps(b), (__m512)c);
-#else
-    lanes out;
-    for (int l = 0; l < WIDE_LANES; l++) out[l] = fmaf(a[l], b, c[l]);
-    return out;
-#endif
+    return fused(a, every_lane(b), c);
 }
 
 /* the length of the block of terms starting with left terms to go. */
@@ -1370,16 +1359,6 @@ _Static_assert((int)PANEL == (int)LANES, "a panel fills the lanes");
  * turn took 0.68-0.83 ms without, 0.61-0.65 with. */
 enum { PANEL_AHEAD = 128 };
 
-static inline lanes every_lane(float v) {
-#if defined(__AVX512F__)
-    return (lanes)_mm512_set1_ps(v);
-#else
-    lanes out;
-    for (int l = 0; l < LANES; l++) out[l] = v;
-    return out;
-#endif
-}
-
 /* A lone row's outputs o.. o + PANEL * tiles (tiles at most LONE_PANELS)
  * from their panels, a chain per tile in the lanes. */
 static inline __attribute__((always_inline)) void lone_panel_tiles(
@@ -1550,6 +1529,15 @@ static void run_chains(const void *argument, count_t piece) {
     }
 }
 
+/* The group of width rows of x (rows of ins floats) from row first, term by
+ * term in the lanes of xt: zeros for the lanes past the last row. */
+static void in_lanes(const float *x, count_t rows, count_t ins, count_t first, count_t width,
+                     float *xt) {
+    for (count_t k = 0; k < ins; k++)
+        for (count_t l = 0; l < width; l++)
+            xt[k * width + l] = first + l < rows ? x[(first + l) * ins + k] : 0.0f;
+}
+
 /* The chained numbers of x @ w.T (+ bias), from w or, where given, its
  * panel (outs a multiple of PANEL). */
 static void chain(const float *x, count_t rows, const float *w, const float *panel,
@@ -1564,16 +1552,11 @@ static void chain(const float *x, count_t rows, const float *w, const float *pan
         return;
     }
     for (count_t g = 0; g < wide; g++)
-        for (count_t k = 0; k < ins; k++)
-            for (count_t l = 0; l < WIDE_LANES; l++)
-                xt[(g * ins + k) * WIDE_LANES + l] = x[(g * WIDE_LANES + l) * ins + k];
-    for (count_t g = 0; g < narrow; g++)
-        for (count_t k = 0; k < ins; k++)
-            for (count_t l = 0; l < CHAIN_LANES; l++) {
-                count_t r = narrowed + g * CHAIN_LANES + l;
-                xt[narrowed * ins + (g * ins + k) * CHAIN_LANES + l] =
-                    r < rows ? x[r * ins + k] : 0.0f;
-            }
+        in_lanes(x, rows, ins, g * WIDE_LANES, WIDE_LANES, xt + g * WIDE_LANES * ins);
+    for (count_t g = 0; g < narrow; g++) {
+        count_t first = narrowed + g * CHAIN_LANES;
+        in_lanes(x, rows, ins, first, CHAIN_LANES, xt + first * ins);
+    }
     count_t unit = !panel ? OUTS_UNIT : lone ? LONE_PANELS * PANEL : PANEL_TILES * PANEL;
     struct chain_work whole = {xt, x, lone, w, panel, bias, out, rows, outs, ins,
                                outputs_piece_length(outs, ins, unit), wide};
