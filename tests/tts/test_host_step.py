@@ -98,6 +98,26 @@ def test_stop_frame_is_unchanged(stopping):
     assert ours == theirs
 
 
+def _words_for_prompt_rows(model, least: int) -> str:
+    """Text whose prompt has at least ``least`` rows (and at most a word's more)."""
+    words = []
+    while _prompt(model, " ".join(words)).shape[1] < least:
+        words.append(f"word{len(words)}")
+    return " ".join(words)
+
+
+@pytest.mark.parametrize(
+    ("least_rows", "frames"), [(244, 24), (262, 6)], ids=["between-frames", "in-prompt"]
+)
+def test_codes_stay_mlxs_where_a_requests_cache_grows(model, host, least_rows, frames):
+    """Keys and values grow by blocks of 256 positions: between two frames,
+    or within a prompt."""
+    words = _words_for_prompt_rows(model, least_rows)
+    theirs = _codes(model, None, TEXT_HEAD, SAMPLED, frames, words=words)
+    assert len(theirs) == frames
+    assert _codes(model, host, TEXT_HEAD, SAMPLED, frames, words=words) == theirs
+
+
 # (text head, audio head, frame budget, seed, text, the round it joins)
 _COMPANY = [
     (GREEDY_HEAD, GREEDY_HEAD, 20, 5, "Hello there, how are you?", 0),

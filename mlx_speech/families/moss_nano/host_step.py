@@ -173,12 +173,10 @@ class HostJob:
         needed = -(-(self.length + len(self.rows)) // BLOCK) * BLOCK
         if needed <= capacity:
             return
-        grown = []
-        for keys, values in self.caches:
-            more = [np.zeros((keys.shape[0], needed, keys.shape[2]), np.float32)]
-            more.append(np.zeros_like(more[0]))
-            more[0][:, :capacity], more[1][:, :capacity] = keys, values
-            grown.append(tuple(more))
+        keys, _ = self.caches[0]
+        grown = _cache_store(len(self.caches), keys.shape[0], needed, keys.shape[2])
+        for old, new in zip(self.caches, grown, strict=True):
+            new[0][:, :capacity], new[1][:, :capacity] = old
         self.caches = grown
 
 
@@ -196,17 +194,20 @@ def enter_host(job, heads: int, dim: int) -> HostJob:
 def _host_caches(caches: list[BlockKVCache], heads: int, dim: int):
     mx.eval([(cache.keys, cache.values) for cache in caches])
     length = caches[0].offset
-    capacity = -(-(length + 1) // BLOCK) * BLOCK
-    pairs = []
-    for cache in caches:
-        pair = []
-        for array in (cache.keys, cache.values):
-            host = np.zeros((heads, capacity, dim), np.float32)
-            if length:
-                host[:, :length] = np.asarray(array[0, :, :length])
-            pair.append(host)
-        pairs.append(tuple(pair))
-    return pairs
+    store = _cache_store(len(caches), heads, -(-(length + 1) // BLOCK) * BLOCK, dim)
+    if length:
+        for cache, pair in zip(caches, store, strict=True):
+            for array, host in zip((cache.keys, cache.values), pair, strict=True):
+                host[:, :length] = np.asarray(array)[0, :, :length]  # a view of MLX's
+    return store
+
+
+def _cache_store(layers: int, heads: int, capacity: int, dim: int):
+    """Every layer's keys and values (``[heads, capacity, dim]`` each) in one
+    allocation, left unset: attention reads a cache only up to the rows
+    written (zeroing 19 MB at Nano's size took 2 ms of a request's start)."""
+    store = np.empty((layers, 2, heads, capacity, dim), np.float32)
+    return [(layer[0], layer[1]) for layer in store]
 
 
 class HostStep:
