@@ -159,8 +159,6 @@ def main() -> None:
 
     import mlx_speech
     from mlx_speech.blas import active_blas
-    from mlx_speech.engine import shared_engine
-    from mlx_speech.families.moss_nano.host_step import host_step
 
     blas = active_blas()
     if args.with_chat_model:
@@ -170,14 +168,15 @@ def main() -> None:
     tts = mlx_speech.load(args.checkpoint)
     ours_loaded = _active_mib()
     theirs = load_model(Path(args.checkpoint))
-    host = shared_engine().call(lambda: host_step(theirs))
     clip = _reference_clip(args.reference_seconds)
     frames, rate = args.frames, tts.sample_rate
     _theirs(theirs, clip, 2)  # warm both up (codec load, kernels)
     theirs_warm = _active_mib()
     _ours_buffered(tts, clip.read_bytes(), 2)
-    # and the host step's panels, a copy of some weights outside MLX
-    held = 0 if host is None else host.held_bytes / 2**20  # as ours: the same checkpoint
+    # and what our host step keeps outside MLX: panels (a copy of some
+    # weights) and the scratch its load's warm-up grew
+    host = tts._service._batch._host
+    held = 0 if host is None else host.held_bytes / 2**20
     our_resident = ours_loaded - empty + _active_mib() - theirs_warm + held
     their_resident = theirs_warm - ours_loaded
 

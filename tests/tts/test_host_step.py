@@ -329,7 +329,9 @@ def test_sampling_takes_mlxs_numbers_where_the_lone_order_holds_everywhere(
     host = host_step(model)
     assert host is not None and host.own_for_sampling is not everywhere
     # the local transformer's panels: made only where its products chain
-    assert (host.held_bytes > host._text_head.nbytes) is everywhere
+    panels = host._global.panel_bytes + host._local.panel_bytes
+    assert (panels > 0) is everywhere
+    assert host.held_bytes == panels + host._text_head.nbytes + host._work.nbytes
     kinds = []
     through = HostStep._global_rows
 

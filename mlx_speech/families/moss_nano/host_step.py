@@ -51,6 +51,7 @@ from ...blas import mlx_blas
 from .codec_math import exact_asked
 from .exact_activations import exact_activations
 from .forward import LocalPass, forward_rows, rotation_at
+from .host_caches import HostJob, cache_addresses, copied_to_host, enter_host
 from .host_kernels import (
     BLOCK_LAYERS,
     PANELLED_LAYERS,
@@ -64,7 +65,7 @@ from .host_kernels import (
     trust_chained_shapes,
     trust_lone_shapes,
 )
-from .kv_cache import BLOCK, BlockKVCache, block_caches
+from .kv_cache import BlockKVCache, block_caches
 from .sampling import HeadSampler, KeySequence, _filtered_draw, draw_uniforms, is_random
 
 log = logging.getLogger("mlx_speech.engine")
@@ -156,60 +157,6 @@ def _block_struct(block, panelled: bool) -> tuple[Block, list[np.ndarray]]:
     return struct, views
 
 
-class HostJob:
-    """A job's state while it is stepped here: its keys and values per layer
-    (``[heads, capacity, dim]``), its next input rows (``[count, width]``:
-    its prompt, then one row a frame) and its history."""
-
-    def __init__(self, caches, length: int, rows: np.ndarray, seen: np.ndarray):
-        self.caches = caches
-        self.length = length
-        self.rows = rows
-        self.seen = seen
-
-    def room(self) -> None:
-        """Grow the caches by blocks until the next rows fit."""
-        capacity = self.caches[0][0].shape[1]
-        needed = -(-(self.length + len(self.rows)) // BLOCK) * BLOCK
-        if needed <= capacity:
-            return
-        keys, _ = self.caches[0]
-        grown = _cache_store(len(self.caches), keys.shape[0], needed, keys.shape[2])
-        for old, new in zip(self.caches, grown, strict=True):
-            new[0][:, :capacity], new[1][:, :capacity] = old
-        self.caches = grown
-
-
-def enter_host(job, heads: int, dim: int) -> HostJob:
-    """The job's MLX state (its caches: ``heads`` of ``dim``) as host buffers."""
-    if job.host is None:
-        mx.eval(job.inputs, job.history.seen)
-        rows = np.array(job.inputs[0])
-        caches = _host_caches(job.cache, heads, dim)
-        job.host = HostJob(caches, job.cache[0].offset, rows, np.array(job.history.seen))
-        job.inputs = job.cache = None
-    return job.host
-
-
-def _host_caches(caches: list[BlockKVCache], heads: int, dim: int):
-    mx.eval([(cache.keys, cache.values) for cache in caches])
-    length = caches[0].offset
-    store = _cache_store(len(caches), heads, -(-(length + 1) // BLOCK) * BLOCK, dim)
-    if length:
-        for cache, pair in zip(caches, store, strict=True):
-            for array, host in zip((cache.keys, cache.values), pair, strict=True):
-                host[:, :length] = np.asarray(array)[0, :, :length]  # a view of MLX's
-    return store
-
-
-def _cache_store(layers: int, heads: int, capacity: int, dim: int):
-    """Every layer's keys and values (``[heads, capacity, dim]`` each) in one
-    allocation, left unset: attention reads a cache only up to the rows
-    written (zeroing 19 MB at Nano's size took 2 ms of a request's start)."""
-    store = np.empty((layers, 2, heads, capacity, dim), np.float32)
-    return [(layer[0], layer[1]) for layer in store]
-
-
 class HostStep:
     """The host side of one Nano model: its transformers' blocks, heads and
     embedding tables, and the library's checked functions."""
@@ -243,9 +190,10 @@ class HostStep:
     @property
     def held_bytes(self) -> int:
         """The host memory it keeps beside the model's own weights (of which
-        it holds views): its panels and its copy of the text head."""
+        it holds views): its panels, its copy of the text head and its
+        scratch."""
         panels = self._global.panel_bytes + self._local.panel_bytes
-        return panels + self._text_head.nbytes
+        return panels + self._text_head.nbytes + self._work.nbytes
 
     def step(self, jobs: list) -> None:
         """One frame for each of ``jobs`` (none of them done), their prompts
@@ -366,7 +314,7 @@ class HostStep:
         rows = np.concatenate([host.rows for host in hosts])
         x = transformer.with_positions(rows, positions)
         cos, sin = transformer.rotation(positions)
-        work = self._prompt_work(transformer, starts, counts)
+        work = self._scratch(self._prompt_floats(transformer, starts, counts))
         for layer, (block, _) in enumerate(transformer.blocks):
             caches = [host.caches[layer] for host in hosts]
             self._prompt_block(block, x, caches, starts, counts, cos, sin, work)
@@ -416,18 +364,26 @@ class HostStep:
         return self._kernels.norm(x, final.weight, final.bias, final.eps)
 
     @staticmethod
-    def _prompt_work(transformer: _Transformer, starts, counts) -> np.ndarray:
-        """Scratch for ``block_prompts`` over prompts of ``counts`` rows from
-        positions ``starts``."""
+    def _prompt_floats(transformer: _Transformer, starts, counts) -> int:
+        """The scratch ``block_prompts`` needs over prompts of ``counts`` rows
+        from positions ``starts``."""
         block = transformer.blocks[0][0]
         longest = max(start + count for start, count in zip(starts, counts, strict=True))
         size = sum(counts) * (6 * block.width + 2 * block.inner)
-        return np.empty(size + max(counts) * (2 * transformer.dim + longest), np.float32)
+        return size + max(counts) * (2 * transformer.dim + longest)
+
+    def _scratch(self, floats: int) -> np.ndarray:
+        """The library's scratch for a call, kept and grown as needed: a new
+        one each call would have its pages faulted in anew (a burst's
+        prompts take 9 MB at Nano's size)."""
+        if self._work.size < floats:
+            self._work = np.empty(floats + 1024, dtype=np.float32)
+        return self._work
 
     def _prompt_block(self, block: Block, x, caches, starts, counts, cos, sin, work):
         """One block over prompts' rows stacked in ``x``, in place
         (``caches``: each prompt's keys and values of this layer)."""
-        keys, values, capacities = _cache_addresses(caches)
+        keys, values, capacities = cache_addresses(caches)
         starts, counts = (np.array(each, dtype=np.int64) for each in (starts, counts))
         self._kernels.block_prompts(
             ctypes.byref(block),
@@ -447,10 +403,8 @@ class HostStep:
         """One block over rows of several jobs (``caches``: each one's keys
         and values of this layer), in place."""
         scratch = block.width // block.heads + int(positions.max()) + 1  # a row's attention
-        needed = len(x) * (5 * block.width + 2 * block.inner + scratch)
-        if self._work.size < needed:
-            self._work = np.empty(needed + 1024, dtype=np.float32)
-        keys, values, capacities = _cache_addresses(caches)
+        work = self._scratch(len(x) * (5 * block.width + 2 * block.inner + scratch))
+        keys, values, capacities = cache_addresses(caches)
         positions = np.ascontiguousarray(positions, dtype=np.int64)  # kept while C reads it
         self._kernels.block_rows(
             ctypes.byref(block),
@@ -463,7 +417,7 @@ class HostStep:
             _address(cos),
             _address(sin),
             int(own),
-            self._work.ctypes.data,
+            work.ctypes.data,
         )
 
     def _uniforms(self, jobs: list) -> list[Iterator[float]]:
@@ -489,16 +443,6 @@ class HostStep:
         if not is_random(sampler):
             return int(np.argmax(logits))
         return self._kernels.draw(logits, sampler, next(uniforms))
-
-
-def _cache_addresses(caches) -> tuple[np.ndarray, ...]:
-    """For C: the addresses of each job's keys and values of a layer
-    (``caches``: a pair each, ``[heads, capacity, dim]``) and their
-    capacities."""
-    keys = np.array([pair[0].ctypes.data for pair in caches], dtype=np.uintp)
-    values = np.array([pair[1].ctypes.data for pair in caches], dtype=np.uintp)
-    capacities = np.array([pair[0].shape[1] for pair in caches], dtype=np.int64)
-    return keys, values, capacities
 
 
 def _address(table: np.ndarray | None):
@@ -621,7 +565,7 @@ def _matches_mlx(host: HostStep, model: Model) -> bool:
     def prefixed(count: int) -> tuple[HostJob, list[BlockKVCache]]:
         caches = block_caches(len(model.transformer.h))
         forward_rows(model.transformer, [rows(count)], [caches])
-        return HostJob(_host_caches(caches, heads, dim), count, None, seen=None), caches
+        return HostJob(copied_to_host(caches, heads, dim), count, None, seen=None), caches
 
     pairs = []
     job, caches = prefixed(3)
@@ -646,7 +590,7 @@ def _matches_mlx(host: HostStep, model: Model) -> bool:
         pairs.append((host._global_prompts(list(jobs)), mx.stack(theirs)))
     jobs, caches = zip(*(prefixed(count) for count in (1, 2, 4)), strict=True)
     own_jobs = [
-        HostJob(_host_caches(cache, heads, dim), job.length, None, seen=None)
+        HostJob(copied_to_host(cache, heads, dim), job.length, None, seen=None)
         for job, cache in zip(jobs, caches, strict=True)
     ]
     parts = [rows(1) for _ in jobs]
