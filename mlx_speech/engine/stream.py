@@ -12,6 +12,9 @@ from .job import END, Failure, Job
 class JobRunner(Protocol):
     """What a stream needs of the engine (``worker.Engine`` is one)."""
 
+    def expect(self) -> Callable[[], None]:
+        """Announce a job about to be submitted; → call once it was, or will not be."""
+
     def submit(self, job: Job) -> None:
         """Queue the job on the worker."""
 
@@ -31,6 +34,7 @@ class ChunkStream:
     def __init__(self, engine: JobRunner, start: Callable[[], Iterator[Any]]):
         self._engine = engine
         self._job = Job(start)
+        self._arrived = engine.expect()
         self.ignored: tuple[str, ...] = ()  # request fields the model did not use
         self._started = False
         self._ended = False
@@ -51,6 +55,7 @@ class ChunkStream:
         if not self._started:
             self._started = True
             self._engine.submit(self._job)
+            self._arrived()
         try:
             item = self._job.output.get(timeout=timeout)
         except queue.Empty:
@@ -68,6 +73,7 @@ class ChunkStream:
         """Stop the job at its next frame boundary; further reads end, and a
         read blocked in another thread returns."""
         self._ended = True
+        self._arrived()
         if self._started and not self._job.finished:
             self._job.cancel()
             try:

@@ -29,6 +29,9 @@ T = TypeVar("T")
 DEFAULT_MAX_ACTIVE_JOBS = 8
 DEFAULT_MAX_BATCH = 8
 DEFAULT_MAX_PARKED = 32
+# The longest a round waits for a stream opened but not yet read: the first
+# read of a burst's streams starts them within a few ms of each other.
+GATHER_SECONDS = 0.05
 
 
 class Engine:
@@ -51,6 +54,7 @@ class Engine:
         self._wakeup = threading.Condition()
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
+        self._coming: dict[object, float] = {}  # streams not yet read → until when
         self._closing = False
         self._parked = threading.Event()
         self._thread = threading.Thread(
@@ -85,6 +89,23 @@ class Engine:
 
         ((result,),) = self.stream(once)
         return result
+
+    def expect(self) -> Callable[[], None]:
+        """A job on its way (its stream opened, not yet read): until the
+        function returned is called (it was submitted, or will not be), and
+        for ``GATHER_SECONDS`` at most, a round waits for it rather than
+        start without it, so that streams opened together share their first
+        steps instead of starting a round (a burst's prompts) apart."""
+        token = object()
+        with self._wakeup:
+            self._coming[token] = time.monotonic() + GATHER_SECONDS
+
+        def arrived() -> None:
+            with self._wakeup:
+                if self._coming.pop(token, None) is not None:
+                    self._wakeup.notify()
+
+        return arrived
 
     def submit(self, job: Job) -> None:
         with self._wakeup:
@@ -171,9 +192,22 @@ class Engine:
 
     def _arrivals(self, most: int) -> list[Job]:
         """Jobs that arrived while a round ran and start in it (at most
-        ``most``: jobs that end at once must not hold up the round's steps)."""
+        ``most``: jobs that end at once must not hold up the round's steps),
+        waiting for those on their way (``expect``) while there is room."""
         with self._wakeup:
-            return [] if self._closing else self._admit(most)
+            while not self._closing:
+                started = self._admit(most)
+                room = most > len(started) and self._free_slots(self._active) > 0
+                wait = self._gathering() if room else 0.0
+                if started or wait <= 0:
+                    return started
+                self._wakeup.wait(wait)
+            return []
+
+    def _gathering(self) -> float:
+        """Under the lock: how long the latest job on its way may still be waited for."""
+        now = time.monotonic()
+        return max((until - now for until in self._coming.values()), default=0.0)
 
     def _run(self) -> None:
         while (runnable := self._next_round()) is not None:

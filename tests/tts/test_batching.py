@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mlx_speech.engine import Engine, shared_engine
+from mlx_speech.engine import worker as worker_module
 from mlx_speech.engine.batching import DeferredOutput, Pending
 from mlx_speech.server import ServerSettings
 from tests.tts.support.interleave import read_in_turn
@@ -325,6 +326,62 @@ def test_a_job_that_arrives_during_a_round_joins_its_step():
         reader.join(timeout=10)
     assert outputs == {name: [name] for name in "abcd"}
     assert batch.flushed == [["a", "b", "c"], ["d"]]  # d waited: the worker holds three
+
+
+def _named_job(batch: _RecordingBatch, started: threading.Event | None = None):
+    def job(name):
+        def start():
+            if started is not None:
+                started.set()
+            batch.submit(name)
+            yield Pending(batch, None)
+            yield name
+
+        return start
+
+    return job
+
+
+def test_streams_opened_together_start_together_though_read_apart(monkeypatch):
+    """A round waits for the jobs whose streams are open but not yet read
+    (a burst's requests, read a few ms apart), and for no others."""
+    monkeypatch.setattr(worker_module, "GATHER_SECONDS", 60.0)
+    engine = Engine(max_active=4, max_batch=4)
+    batch = _RecordingBatch()
+    first_started = threading.Event()
+    job = _named_job(batch, first_started)
+    streams = {name: engine.stream(job(name)) for name in "abc"}
+    dropped = engine.stream(job("dropped"))
+    dropped.cancel()  # never read: nothing waits for it
+    outputs: dict[str, list[str]] = {}
+    readers = {
+        name: threading.Thread(target=lambda n=name: outputs.update({n: list(streams[n])}))
+        for name in streams
+    }
+    readers["a"].start()
+    assert first_started.wait(10)
+    readers["b"].start()
+    readers["c"].start()
+    for reader in readers.values():
+        reader.join(timeout=10)
+        assert not reader.is_alive()  # nothing waited a minute for the dropped stream
+    assert outputs == {name: [name] for name in "abc"}
+    assert batch.flushed == [["a", "b", "c"]]
+
+
+def test_a_stream_left_unread_holds_up_rounds_only_for_a_moment(monkeypatch):
+    monkeypatch.setattr(worker_module, "GATHER_SECONDS", 0.05)
+    engine = Engine(max_active=4, max_batch=4)
+    batch = _RecordingBatch()
+    job = _named_job(batch)
+    first, unread = engine.stream(job("a")), engine.stream(job("b"))
+    reader = threading.Thread(target=lambda: list(first))
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    assert batch.flushed == [["a"]]
+    assert list(unread) == ["b"]
+    assert batch.flushed == [["a"], ["b"]]
 
 
 def test_jobs_that_end_at_once_do_not_hold_up_a_rounds_step():
