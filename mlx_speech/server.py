@@ -422,6 +422,9 @@ async def _lifespan(app: Starlette):
     engine.configure(state.settings.max_batch, state.settings.max_parked)
     engine.forward_observers.append(state.metrics.forward)
     state.slot.start()
+    # A request's checks run on anyio's threads; their first use costs 12 ms
+    # once (seen on the first request after start), paid here instead.
+    await anyio.to_thread.run_sync(lambda: None)
     try:
         yield
     finally:
