@@ -76,6 +76,8 @@ class StreamingResampler:
         took 20 ms a second of 48 kHz stereo)."""
         count = until - self._produced  # callers never go back
         result = np.zeros((count, *self._history.shape[1:]), np.float32)
+        if count == 0:
+            return result
         windows = sliding_window_view(self._history, self._span, axis=0)
         if windows.ndim == 3:  # [windows, channels, span] → [windows, span, channels]
             windows = windows.transpose(0, 2, 1)
