@@ -1,16 +1,18 @@
 """Spreading the chunk decodes of concurrent requests across rounds: eight
 requests that started together hand over their chunks so that no round
-decodes much more than one chunk's frames, each chunk still holds the frames
+decodes more than its budget of frames, each chunk still holds the frames
 the ``ChunkSchedule`` gives it, and each request's audio is what it would
 get decoded alone."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mlx_speech.engine import shared_engine
 from mlx_speech.families.chunk_schedule import ChunkSchedule
-from mlx_speech.families.moss_nano.batch import FRAMES_PER_ROUND, CodecBatch
+from mlx_speech.families.moss_nano import batch
+from mlx_speech.families.moss_nano.batch import CodecBatch
 from mlx_speech.families.moss_nano.chunk_release import ChunkRelease
 from mlx_speech.families.moss_nano.codec import DecoderState, decode_together, with_channels
 
@@ -83,13 +85,18 @@ def _lockstep(tts) -> dict:
     }
 
 
-def test_a_burst_spreads_its_chunk_decodes_across_rounds(speaking_tts):
+@pytest.mark.parametrize("budget", [16, None], ids=["one-chunk", "default"])
+def test_a_burst_spreads_its_chunk_decodes_across_rounds(speaking_tts, monkeypatch, budget):
+    """With a round's budget of one largest chunk, the lockstep is spread;
+    with the default, eight requests' largest chunks share a round."""
+    if budget is not None:
+        monkeypatch.setattr(batch, "FRAMES_PER_ROUND", budget)
     result = shared_engine().call(lambda: _lockstep(speaking_tts))
     plan = _planned_chunks(FRAMES)
     assert all(sizes == plan for sizes in result["sizes"])  # the chunks are unchanged
     assert all(rounds[0] == 0 for rounds in result["rounds"])  # first chunks never wait
     within_frames = [n for at, n in result["per_round"].items() if at < FRAMES]
-    assert max(within_frames) <= FRAMES_PER_ROUND
+    assert max(within_frames) <= batch.FRAMES_PER_ROUND
     ends = np.cumsum(plan) - 1  # the round each chunk's last frame arrives
     for rounds in result["rounds"]:
         for chunk, handed in enumerate(rounds[:-1]):
@@ -97,7 +104,8 @@ def test_a_burst_spreads_its_chunk_decodes_across_rounds(speaking_tts):
             assert chunk + 1 == len(plan) - 1 or handed <= ends[chunk + 1]
     large = next(index for index, size in enumerate(plan) if size >= 8)
     waited = [rounds[large] - ends[large] for rounds in result["rounds"]]
-    assert max(waited) > 0  # the lockstep really was spread
+    spread = budget is not None  # a budget below the burst's largest chunks
+    assert bool(max(waited) > 0) is spread
     for heard, alone in zip(result["heard"], result["alone"], strict=True):
         assert heard.shape == alone.shape
         np.testing.assert_allclose(heard, alone, atol=1e-6)

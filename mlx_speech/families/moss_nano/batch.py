@@ -7,9 +7,10 @@ chunk and gets a ``DeferredOutput`` that the flush fills with the chunk's
 audio; the frames of all requests due for audio are decoded in one pass.
 
 Concurrent requests that started together reach their chunk ends in the same
-rounds, and decoding all their chunks in one round would stall every stream
-at once (eight 16-frame chunks are about two seconds of decoding here). So a
-round takes on about ``FRAMES_PER_ROUND`` frames of decoding; a request whose
+rounds, and decoding all their chunks in one round stalls every stream at
+once. So a round takes on about ``FRAMES_PER_ROUND`` frames of decoding (all
+of eight requests' largest chunks: with the host decoder, 0.3 s of decoding
+for 2 s of audio already sent to each listener); a request whose
 complete chunk does not fit keeps generating and hands it over in a later
 round (``has_room``), never later than its next chunk's end. First chunks
 never wait. Which frames make a chunk is unchanged: only when it is decoded.
@@ -29,10 +30,11 @@ from .host_codec import HostDecoder, HostDecoderState
 from .host_step import HostStep
 from .loop import FrameJob, step
 
-# Measured on the full-size codec (OpenBLAS, 2 cores), 8 requests: 1 frame each
-# 182 → 97 ms decoded together, 2 each 196 → 128, 4 each 393 → 263, 8 each no gain.
-FRAMES_PER_DECODE = 16
-FRAMES_PER_ROUND = FRAMES_PER_DECODE  # one full chunk, so a lone stream never waits
+# Measured on the full-size codec's host decoder (OpenBLAS, 2 cores), 8 requests
+# apart → together: 1 frame each 58 → 20 ms, 4 each 106 → 64, 12 each 282 → 236.
+# Served, 8 at a time, 16 and 16 frames: 7.97-8.02 audio-s/s; 64 and 128: 8.29-8.79.
+FRAMES_PER_DECODE = 64
+FRAMES_PER_ROUND = 2 * FRAMES_PER_DECODE
 
 
 class FrameBatch:
