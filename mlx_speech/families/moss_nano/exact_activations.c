@@ -28,6 +28,16 @@
 
 typedef long count_t;
 
+/* For loops that do one element's arithmetic at a time: vectors as wide as
+ * the CPU has (GCC otherwise keeps to 256 bits on AVX-512 CPUs; at 512 the
+ * tanh GELU takes 2.0 ns an element instead of 2.8 on the test machine).
+ * The arithmetic of each element is the same at any width. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define WIDEST_VECTORS __attribute__((target("prefer-vector-width=512"), noinline))
+#else
+#define WIDEST_VECTORS
+#endif
+
 static inline uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float float_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 static inline float pick(int condition, float yes, float no) { return condition ? yes : no; }
@@ -192,7 +202,7 @@ int port_cubes(int on) {
 }
 
 /* out[i] = powf(x[i], 3.0f), the port's numbers where it applies. */
-void cubes(const float *x, float *out, count_t n) {
+WIDEST_VECTORS void cubes(const float *x, float *out, count_t n) {
     if (!cubes_ported) {
         for (count_t i = 0; i < n; i++) out[i] = powf(x[i], 3.0f);
         return;
@@ -208,7 +218,7 @@ void cubes(const float *x, float *out, count_t n) {
 }
 
 /* GPT-2's gelu_new: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))). */
-static void gelu_tanh_span(const float *x, float *out, count_t n) {
+WIDEST_VECTORS static void gelu_tanh_span(const float *x, float *out, count_t n) {
     cubes(x, out, n);
     for (count_t i = 0; i < n; i++) {
         float inner = 0.7978845608028654f * (x[i] + 0.044715f * out[i]);
@@ -217,7 +227,7 @@ static void gelu_tanh_span(const float *x, float *out, count_t n) {
 }
 
 /* The exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))). */
-static void gelu_erf_span(const float *x, float *out, count_t n) {
+WIDEST_VECTORS static void gelu_erf_span(const float *x, float *out, count_t n) {
     for (count_t i = 0; i < n; i++)
         out[i] = (0.5f * x[i]) * (1.0f + erf_mlx(x[i] / 1.4142135623730951f));
 }
