@@ -8,8 +8,9 @@ text, reference clip and greedy decoding.
 Reports steady ms/frame (from two lengths, so prefill and fixed costs cancel),
 time to first audio (new reference, then the same reference again: cached),
 total time, real-time factor, peak memory (each side's resident weights and
-caches, ours with what the host step keeps: its panels and scratch, plus the most its run held above
-them, in MLX's allocator plus numpy's host buffers), the BLAS and the ratios.
+caches, ours with what the host step keeps: its panels and scratch; plus the
+most its run held above them, in MLX's allocator plus numpy's host buffers),
+the BLAS and the ratios.
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
