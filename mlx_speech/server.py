@@ -136,14 +136,22 @@ async def speech(request: Request) -> Response:
     metrics: Metrics = state.metrics
     tts = state.slot.ready()
     body = await read_json(request, settings.max_body_bytes)
-    parsed = await anyio.to_thread.run_sync(parse_speech_request, body, _rules(state, tts))
-    admit(state)
+    # From here to its stream's opening (whose own expectation then holds),
+    # a round about to start waits a moment for this request (``Engine.expect``).
+    arrived = state.engine.expect()
     try:
-        # Validation decodes reference audio: keep it off the event loop.
-        chunks = await anyio.to_thread.run_sync(_open_stream, tts, parsed)
-    except BaseException:
-        metrics.request_closed()
-        raise
+        parsed = await anyio.to_thread.run_sync(
+            parse_speech_request, body, _rules(state, tts)
+        )
+        admit(state)
+        try:
+            # Validation decodes reference audio: keep it off the event loop.
+            chunks = await anyio.to_thread.run_sync(_open_stream, tts, parsed)
+        except BaseException:
+            metrics.request_closed()
+            raise
+    finally:
+        arrived()
     log.info(
         "speech: model=%s format=%s chars=%d",
         body.get("model"),

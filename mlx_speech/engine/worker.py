@@ -29,8 +29,8 @@ T = TypeVar("T")
 DEFAULT_MAX_ACTIVE_JOBS = 8
 DEFAULT_MAX_BATCH = 8
 DEFAULT_MAX_PARKED = 32
-# The longest a round waits for a stream opened but not yet read: the first
-# read of a burst's streams starts them within a few ms of each other.
+# The longest a round waits for a job on its way (``Engine.expect``): a burst's
+# requests are checked, and their streams first read, within a few ms.
 GATHER_SECONDS = 0.05
 
 
@@ -91,11 +91,12 @@ class Engine:
         return result
 
     def expect(self) -> Callable[[], None]:
-        """A job on its way (its stream opened, not yet read): until the
-        function returned is called (it was submitted, or will not be), and
-        for ``GATHER_SECONDS`` at most, a round waits for it rather than
-        start without it, so that streams opened together share their first
-        steps instead of starting a round (a burst's prompts) apart."""
+        """A job on its way (a stream opened but not yet read, or a request
+        still being checked): until the function returned is called (it was
+        submitted, or will not be), and for ``GATHER_SECONDS`` at most, a
+        round waits for it rather than start without it, so that jobs that
+        arrive together share their first steps instead of starting a round
+        (a burst's prompts) apart."""
         token = object()
         with self._wakeup:
             self._coming[token] = time.monotonic() + GATHER_SECONDS

@@ -427,6 +427,57 @@ def test_jobs_that_end_at_once_do_not_hold_up_a_rounds_step():
     assert sorted(events[3:]) == ["short2", "short3", "short4"]
 
 
+def test_a_request_still_being_checked_starts_with_one_already_reading(
+    speaking_dir, monkeypatch
+):
+    """Over HTTP a request is expected from the moment its body is read: a
+    request whose stream is already read waits for it, and both take their
+    first step together; a request refused meanwhile holds nothing up."""
+    from mlx_speech import server as server_module
+
+    monkeypatch.setattr(worker_module, "GATHER_SECONDS", 60.0)
+    checking, release = threading.Event(), threading.Event()
+    parse = server_module.parse_speech_request
+
+    def slow_parse(body, rules):
+        if body["input"] == "Checked slowly.":
+            checking.set()
+            assert release.wait(30)
+        return parse(body, rules)
+
+    monkeypatch.setattr(server_module, "parse_speech_request", slow_parse)
+    with RunningServer(ServerSettings(model=str(speaking_dir), max_batch=4)) as server:
+
+        def speak(text, results):
+            results.append(
+                httpx.post(
+                    f"{server.url}/v1/audio/speech",
+                    json={"input": text, "seed": 1, "max_new_tokens": 3},
+                    timeout=60,
+                ).status_code
+            )
+
+        codes: list[int] = []
+        with observed_forwards() as sizes:
+            slow = threading.Thread(target=speak, args=("Checked slowly.", codes))
+            slow.start()
+            assert checking.wait(30)
+            fast = threading.Thread(target=speak, args=("Read at once.", codes))
+            fast.start()
+            deadline = time.monotonic() + 30
+            while not shared_engine().load[0] and time.monotonic() < deadline:
+                time.sleep(0.005)  # the fast one's job started its round, and waits
+            refused = httpx.post(f"{server.url}/v1/audio/speech", json={"input": ""})
+            time.sleep(0.2)
+            release.set()
+            for thread in (slow, fast):
+                thread.join(timeout=60)
+                assert not thread.is_alive()
+        assert refused.status_code == 400
+        assert codes == [200, 200]
+        assert sizes[0] == 2  # their first step, together
+
+
 def test_metrics_show_batch_sizes_and_step_times(speaking_dir):
     with RunningServer(ServerSettings(model=str(speaking_dir), max_batch=4)) as server:
 
