@@ -10,7 +10,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from .kv_cache import BLOCK, BlockKVCache
+from .kv_cache import BlockKVCache, in_blocks
 
 _PAGE = 4096
 _NO_HUGE_PAGES = 15  # madvise's MADV_NOHUGEPAGE (Linux)
@@ -30,7 +30,7 @@ class HostJob:
     def room(self) -> None:
         """Grow the caches by blocks until the next rows fit."""
         capacity = self.caches[0][0].shape[1]
-        needed = -(-(self.length + len(self.rows)) // BLOCK) * BLOCK
+        needed = in_blocks(self.length + len(self.rows))
         if needed <= capacity:
             return
         keys, _ = self.caches[0]
@@ -55,7 +55,7 @@ def copied_to_host(caches: list[BlockKVCache], heads: int, dim: int):
     """MLX's caches of a job (``heads`` of ``dim`` each) in a store of its own."""
     mx.eval([(cache.keys, cache.values) for cache in caches])
     length = caches[0].offset
-    store = cache_store(len(caches), heads, -(-(length + 1) // BLOCK) * BLOCK, dim)
+    store = cache_store(len(caches), heads, in_blocks(length + 1), dim)
     if length:
         for cache, pair in zip(caches, store, strict=True):
             for array, host in zip((cache.keys, cache.values), pair, strict=True):

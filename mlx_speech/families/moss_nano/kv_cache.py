@@ -12,6 +12,11 @@ import mlx.core as mx
 BLOCK = 256
 
 
+def in_blocks(positions: int) -> int:
+    """The capacity, a whole number of blocks, that holds ``positions``."""
+    return -(-positions // BLOCK) * BLOCK
+
+
 class BlockKVCache:
     def __init__(self):
         self.keys: mx.array | None = None
@@ -30,7 +35,7 @@ class BlockKVCache:
         return self.keys[..., :end, :], self.values[..., :end, :]
 
     def _grow(self, keys: mx.array, values: mx.array, needed: int) -> None:
-        size = -(-needed // BLOCK) * BLOCK
+        size = in_blocks(needed)
         batch, heads, _, dim = keys.shape
         grown_keys = mx.zeros((batch, heads, size, dim), keys.dtype)
         grown_values = mx.zeros((batch, heads, size, values.shape[3]), values.dtype)
