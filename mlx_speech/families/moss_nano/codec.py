@@ -100,7 +100,13 @@ def with_channels(audio: mx.array, channels: int) -> np.ndarray:
     """Evaluated ``[samples, codec channels]`` audio → float32 ``[samples]``
     (``channels`` 1: their mean) or as decoded."""
     samples = np.asarray(audio, dtype=np.float32)
-    return samples.mean(axis=1, dtype=np.float32) if channels == 1 else samples
+    if channels != 1:
+        return samples
+    if samples.shape[1] == 2:
+        # numpy's mean over a two-wide axis is about three times slower;
+        # halving the sum is exact, so this is that mean to the bit
+        return np.add(samples[:, 0], samples[:, 1]) * np.float32(0.5)
+    return samples.mean(axis=1, dtype=np.float32)
 
 
 def _spans(lengths: list[int]) -> list[tuple[int, int]]:
