@@ -1792,6 +1792,17 @@ struct codec_layer {
     float eps, scale;
 };
 
+/* x += scale * y for rows rows of width floats (scale: one per column), the
+ * product rounded before the sum, as MLX's two operations round. */
+static void add_scaled(float *x, const float *scale, const float *y, count_t rows,
+                       count_t width) {
+    for (count_t r = 0; r < rows; r++) {
+        float *xr = x + r * width;
+        const float *yr = y + r * width;
+        for (count_t c = 0; c < width; c++) xr[c] = xr[c] + scale[c] * yr[c];
+    }
+}
+
 /* x: the steps of requests requests, steps[i] each, end to end (width
  * floats a step), in place. Request i's history: keys[i] and values[i],
  * laid out [heads, capacities[i], dim], their first kept[i] positions, with
@@ -1836,10 +1847,10 @@ void codec_layer(const struct codec_layer *l, count_t requests, const count_t *s
         kept[i] = seen;
     }
     rows_product(attended, total, l->out_w, NULL, projected, width, width);
-    for (count_t j = 0; j < total * width; j++) x[j] = x[j] + l->scale1[j % width] * projected[j];
+    add_scaled(x, l->scale1, projected, total, width);
     layer_norm(x, l->norm2_w, l->norm2_b, l->eps, normed, total * width, width);
     rows_product(normed, total, l->ffn_in_w, NULL, inner, l->inner, width);
     in_shares(gelu_erf_rows, inner, activated, total * l->inner, 1, LARGE, 0);
     rows_product(activated, total, l->ffn_out_w, NULL, projected, width, l->inner);
-    for (count_t j = 0; j < total * width; j++) x[j] = x[j] + l->scale2[j % width] * projected[j];
+    add_scaled(x, l->scale2, projected, total, width);
 }
