@@ -7,7 +7,9 @@ largest relative error of the fast ``exp`` (over [-87, 0]), against float64.
 With a checkpoint: its model speaks the bench texts greedily, and the codec
 decodes those codes in 16-frame chunks (as a stream does) with the exact and
 the fast functions, taking turns; prints ms/frame of each (best of 3) and the
-fast audio's largest difference and SNR against the exact audio.
+fast audio's largest difference and SNR against the exact audio. Where the
+host decoder applies (Linux, the C library), the same for its exact and fast
+attention, the decoder the service runs.
 ``--fit`` recomputes the erf coefficients (a rational least-squares fit,
 reweighted so the error, not the residual times Q, is what shrinks).
 On Linux it re-runs itself with the system OpenBLAS when one is installed.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -115,25 +118,51 @@ def _decode(codec, n_vq, frames, numerics) -> tuple[np.ndarray, float]:
     return np.concatenate(pieces), time.perf_counter() - started
 
 
+def _host_decode(decoder, frames) -> tuple[np.ndarray, float]:
+    """``_decode`` on the host decoder."""
+    state = decoder.state()
+    pieces = []
+    started = time.perf_counter()
+    for start in range(0, len(frames), CHUNK):
+        (audio,) = decoder.decode_together([(state, frames[start : start + CHUNK])])
+        pieces.append(audio.astype(np.float64))
+    return np.concatenate(pieces), time.perf_counter() - started
+
+
 def compare_decodes(checkpoint: Path, chunks: int) -> dict:
     from mlx_speech.families.moss_nano.codec_math import EXACT, FAST
+    from mlx_speech.families.moss_nano.host_codec import host_decoder
     from mlx_speech.families.moss_nano.service import load
 
     service = load(checkpoint)
     codec, n_vq = service._codec, service._model.config.n_vq
     codes = _bench_codes(service, chunks)
-    frames = sum(len(c) for c in codes)
+    result = {"frames": sum(len(c) for c in codes)}
+    mlx_decoders = {
+        name: partial(_decode, codec, n_vq, numerics=numerics)
+        for name, numerics in (("exact", EXACT), ("fast", FAST))
+    }
+    result["mlx"] = _compared(mlx_decoders, codes, result["frames"])
+    hosts = {name: host_decoder(codec, n_vq, fast=name == "fast") for name in mlx_decoders}
+    if all(hosts.values()):
+        host_decoders = {name: partial(_host_decode, host) for name, host in hosts.items()}
+        result["host"] = _compared(host_decoders, codes, result["frames"])
+    return result
+
+
+def _compared(decoders: dict, codes: list[list], frames: int) -> dict:
+    """Each decoder (``exact``, ``fast``) over every text's codes, taking
+    turns: ms/frame (best of 3) and the fast audio against the exact."""
     best = {"exact": math.inf, "fast": math.inf}
     audio = {}
     for _ in range(3):
-        for name, numerics in (("exact", EXACT), ("fast", FAST)):
-            decoded = [_decode(codec, n_vq, c, numerics) for c in codes]
+        for name, decode in decoders.items():
+            decoded = [decode(c) for c in codes]
             best[name] = min(best[name], sum(seconds for _, seconds in decoded))
             audio[name] = [samples for samples, _ in decoded]
     exact, fast = np.concatenate(audio["exact"]), np.concatenate(audio["fast"])
     noise = np.sum((fast - exact) ** 2)
     return {
-        "frames": frames,
         "exact_ms_per_frame": best["exact"] / frames * 1000,
         "fast_ms_per_frame": best["fast"] / frames * 1000,
         "max_abs_difference": float(np.abs(fast - exact).max()),
@@ -159,15 +188,19 @@ def main() -> None:
     if args.checkpoint:
         result = compare_decodes(Path(args.checkpoint), args.chunks)
         print(f"BLAS: {active_blas()}; {result['frames']} frames in {CHUNK}-frame chunks")
-        print(
-            f"decode ms/frame: exact {result['exact_ms_per_frame']:.2f}, "
-            f"fast {result['fast_ms_per_frame']:.2f} "
-            f"({result['fast_ms_per_frame'] / result['exact_ms_per_frame']:.2f}x)"
-        )
-        print(
-            f"fast audio vs exact: max abs difference {result['max_abs_difference']:.2e}, "
-            f"SNR {result['snr_db']:.1f} dB"
-        )
+        for decoder in ("mlx", "host"):
+            if decoder in result:
+                _report(decoder, result[decoder])
+
+
+def _report(decoder: str, result: dict) -> None:
+    print(
+        f"{decoder} decoder, ms/frame: exact {result['exact_ms_per_frame']:.2f}, "
+        f"fast {result['fast_ms_per_frame']:.2f} "
+        f"({result['fast_ms_per_frame'] / result['exact_ms_per_frame']:.2f}x); "
+        f"fast audio vs exact: max abs difference {result['max_abs_difference']:.2e}, "
+        f"SNR {result['snr_db']:.1f} dB"
+    )
 
 
 if __name__ == "__main__":

@@ -75,10 +75,12 @@ class NanoSize:
     # Codec, decode direction: codes → quantizer output → stages → 1 interleaved channel.
     codec_latent: int = 16
     codec_rvq: int = 16
+    # one head of 64 dimensions, as the full codec's heads (its attention's
+    # fast path takes only those)
     codec_stages: tuple = (
-        Transformer(16, 1, 16),
+        Transformer(64, 1, 16),
         Patch(2),
-        Transformer(16, 1, 960),
+        Transformer(64, 1, 960),
         Patch(960),
     )
 

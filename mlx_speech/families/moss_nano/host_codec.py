@@ -191,14 +191,27 @@ class HostDecoderState:
         ]
 
 
-class HostDecoder:
-    """The host side of one codec's decoder."""
+# LANES of the C library: the fast attention's scratch is counted in them
+_LANES = 16
 
-    def __init__(self, codec: MossAudioTokenizer, n_vq: int, kernels: Kernels, library):
+
+class HostDecoder:
+    """The host side of one codec's decoder; ``fast``: with the fast mode's
+    attention (``codec_layer``), else every number MLX's."""
+
+    def __init__(
+        self, codec: MossAudioTokenizer, n_vq: int, kernels: Kernels, library, fast: bool
+    ):
         self._codec = codec
         self._n_vq = n_vq
         self._kernels = kernels
-        library.codec_layer.argtypes = [ctypes.POINTER(_Layer), COUNT, *[POINTER] * 9]
+        self.fast = fast
+        library.codec_layer.argtypes = [
+            ctypes.POINTER(_Layer),
+            COUNT,
+            *[POINTER] * 9,
+            ctypes.c_int,
+        ]
         library.codec_layer.restype = None
         self._layer = library.codec_layer
         self._quantizer = _Quantizer(codec.quantizer)
@@ -285,7 +298,7 @@ class HostDecoder:
             )
             capacities[:] = [history.keys.shape[1] for history in histories]
             kept[:] = [history.kept for history in histories]
-            self._room(layer, len(x), max(lengths), int((kept + steps).max()))
+            self._room(layer, len(x), max(lengths), count, int((kept + steps).max()))
             self._layer(
                 ctypes.byref(layer),
                 count,
@@ -298,6 +311,7 @@ class HostDecoder:
                 cos.ctypes.data,
                 sin.ctypes.data,
                 self._work.ctypes.data,
+                self.fast,
             )
             for history, now in zip(histories, kept.tolist(), strict=True):
                 history.kept = now
@@ -307,9 +321,13 @@ class HostDecoder:
             return x.T
         return self._kernels.through(self._kernels.rows_product, x, stage.output).T
 
-    def _room(self, layer: _Layer, total: int, longest: int, span: int) -> None:
+    def _room(
+        self, layer: _Layer, total: int, longest: int, requests: int, span: int
+    ) -> None:
         dim = layer.width // layer.heads
-        needed = total * (6 * layer.width + 2 * layer.inner) + longest * (2 * dim + span)
+        needed = total * (6 * layer.width + 2 * layer.inner) + longest * 2 * dim
+        fast_scratch = requests * layer.heads * (span + _LANES + dim) * _LANES
+        needed += max(longest * span, fast_scratch)
         if self._work.size < needed:
             self._work = np.empty(needed, np.float32)
 
@@ -322,11 +340,13 @@ def _unpatched(columns: np.ndarray, patch: int) -> np.ndarray:
     return columns.reshape(channels, patch, steps).transpose(0, 2, 1).reshape(channels, -1)
 
 
-def host_decoder(codec: MossAudioTokenizer, n_vq: int) -> HostDecoder | None:
+def host_decoder(codec: MossAudioTokenizer, n_vq: int, fast: bool) -> HostDecoder | None:
     """The host decoder for ``codec``, or ``None`` where it does not apply
     (another platform or device, no C library or no checked GELU and
     softmax from it, weights other than float32, another positional
-    embedding) or where it does not give MLX's numbers."""
+    embedding) or where it does not give MLX's numbers. ``fast``: with the
+    fast mode's attention, where its audio keeps within ``FAST_LARGEST_ERROR``
+    of the exact decoder's (else with the exact attention)."""
     if sys.platform != "linux" or mx.default_device() != mx.cpu:
         return None
     activations, blas = exact_activations(), mlx_blas()
@@ -345,11 +365,17 @@ def host_decoder(codec: MossAudioTokenizer, n_vq: int) -> HostDecoder | None:
         return None
     kernels = Kernels(activations.library, ctypes.CDLL(blas))
     trust_chained_shapes(kernels, _product_shapes(stages), np.random.default_rng(6))
-    decoder = HostDecoder(codec, n_vq, kernels, activations.library)
-    if matches_mlx(decoder, codec, n_vq):
-        return decoder
-    log.warning("the host codec decoder differs from MLX's here; decoding stays in MLX")
-    return None
+    decoder = HostDecoder(codec, n_vq, kernels, activations.library, fast=False)
+    if not matches_mlx(decoder, codec, n_vq):
+        log.warning("the host codec decoder differs from MLX's here; decoding stays in MLX")
+        return None
+    if fast:
+        decoder.fast = fast_holds(decoder, codec, n_vq)
+        if not decoder.fast:
+            log.warning(
+                "the fast codec attention strays here; decoding keeps the exact one"
+            )
+    return decoder
 
 
 def _product_shapes(stages: list[ProjectedTransformer]) -> set[tuple[int, int]]:
@@ -374,29 +400,66 @@ def _product_shapes(stages: list[ProjectedTransformer]) -> set[tuple[int, int]]:
     return {tuple(weight.shape) for weight in weights}
 
 
+_CHECK_CHUNKS = ([3, 1], [2, 0], [1, 4])
+
+
+def _check_frames(codec: MossAudioTokenizer, n_vq: int) -> list[list[list[mx.array]]]:
+    """Per round of ``_CHECK_CHUNKS``, each request's chunk of random frames."""
+    generator = np.random.default_rng(6)
+    size = codec.quantizer.codebook_size
+    return [
+        [
+            [
+                mx.array(generator.integers(0, size, n_vq).astype(np.int32))
+                for _ in range(count)
+            ]
+            for count in chunks
+        ]
+        for chunks in _CHECK_CHUNKS
+    ]
+
+
+def _rounds(decode, states: list, rounds: list[list[list[mx.array]]]) -> list:
+    """``decode`` of each round's chunks (empty ones sit out), audio in order."""
+    audio = []
+    for chunks in rounds:
+        due = [(states[index], chunk) for index, chunk in enumerate(chunks) if chunk]
+        audio += [np.asarray(samples) for samples in decode(due)]
+    return audio
+
+
 def matches_mlx(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:
     """Two requests' chunks decoded together, then one alone, on the host and
     through MLX: the same audio bit for bit."""
-    generator = np.random.default_rng(6)
-    size = codec.quantizer.codebook_size
-
-    def frames(count: int) -> list[mx.array]:
-        return [
-            mx.array(generator.integers(0, size, n_vq).astype(np.int32))
-            for _ in range(count)
-        ]
-
-    ours, theirs = (
-        [decoder.state() for _ in range(2)],
+    rounds = _check_frames(codec, n_vq)
+    host = _rounds(decoder.decode_together, [decoder.state() for _ in range(2)], rounds)
+    mlx = _rounds(
+        lambda due: decode_together(codec, n_vq, due, EXACT),
         [DecoderState(codec) for _ in range(2)],
+        rounds,
     )
-    for chunks in ([3, 1], [2, 0], [1, 4]):
-        due = [(index, frames(count)) for index, count in enumerate(chunks) if count]
-        host = decoder.decode_together([(ours[index], chunk) for index, chunk in due])
-        mlx = decode_together(
-            codec, n_vq, [(theirs[index], chunk) for index, chunk in due], EXACT
+    return all(
+        np.array_equal(got, expected, equal_nan=True)
+        for got, expected in zip(host, mlx, strict=True)
+    )
+
+
+# The fast attention's audio against the exact decoder's, at load: far inside
+# the contract (1e-4), far outside what a wrong kernel gives.
+FAST_LARGEST_ERROR = 1e-5
+
+
+def fast_holds(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:
+    """The check's chunks through ``decoder`` with the fast attention and with
+    the exact one: within ``FAST_LARGEST_ERROR`` of each other."""
+    rounds = _check_frames(codec, n_vq)
+    audio = {}
+    for fast in (True, False):
+        decoder.fast = fast
+        audio[fast] = _rounds(
+            decoder.decode_together, [decoder.state() for _ in range(2)], rounds
         )
-        for got, expected in zip(host, mlx, strict=True):
-            if not np.array_equal(got, np.asarray(expected), equal_nan=True):
-                return False
-    return True
+    return all(
+        np.all(np.abs(got - exact) <= FAST_LARGEST_ERROR)
+        for got, exact in zip(audio[True], audio[False], strict=True)
+    )

@@ -37,7 +37,7 @@ from ..reference_cache import ByteBoundedLRU, content_key
 from .batch import CodecBatch, FrameBatch
 from .chunk_release import ChunkRelease
 from .codec import encode, samples_per_frame
-from .codec_math import CodecMath, codec_math
+from .codec_math import CodecMath, codec_math, exact_asked
 from .forward import forward_rows
 from .host_codec import HostDecoder, host_decoder
 from .host_step import HostStep, host_step
@@ -298,7 +298,7 @@ def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoServic
         ) from error
     model.audio_tokenizer = codec
     host = host_step(model)
-    decoder = host_decoder(codec, model.config.n_vq)
+    decoder = host_decoder(codec, model.config.n_vq, fast=not exact_asked())
     service = MossNanoService(model, codec, _codec_id(codec), host, codec_math(), decoder)
     warm_up(model, _frame_sampling(DEFAULTS), host, options.max_batch)
     service.warm_up_decodes(options.max_batch)
