@@ -171,7 +171,9 @@ class _History:
             grown = min(grown, max(needed, context - 1 + steps))
         for name in ("keys", "values"):
             old = getattr(self, name)
-            new = np.zeros((old.shape[0], grown, old.shape[2]), np.float32)
+            # left unset past the kept positions: each step writes its own
+            # before any attention reads it
+            new = np.empty((old.shape[0], grown, old.shape[2]), np.float32)
             new[:, : self.kept] = old[:, : self.kept]
             setattr(self, name, new)
 
