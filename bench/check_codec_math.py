@@ -9,7 +9,9 @@ decodes those codes in 16-frame chunks (as a stream does) with the exact and
 the fast functions, taking turns; prints ms/frame of each (best of 3) and the
 fast audio's largest difference and SNR against the exact audio. Where the
 host decoder applies (Linux, the C library), the same for its exact and fast
-attention, the decoder the service runs.
+attention, the decoder the service runs, and the time of eight streams
+decoding their first 40 frames together in a stream's chunks (1, 1, 1, 1, 2,
+…), as eight requests started together do.
 ``--fit`` recomputes the erf coefficients (a rational least-squares fit,
 reweighted so the error, not the residual times Q, is what shrinks).
 On Linux it re-runs itself with the system OpenBLAS when one is installed.
@@ -147,7 +149,34 @@ def compare_decodes(checkpoint: Path, chunks: int) -> dict:
     if all(hosts.values()):
         host_decoders = {name: partial(_host_decode, host) for name, host in hosts.items()}
         result["host"] = _compared(host_decoders, codes, result["frames"])
+        result["host_eight_streams_ms_per_stream_frame"] = _eight_streams(hosts, codes)
     return result
+
+
+def _eight_streams(hosts: dict, codes: list[list], frames: int = 40) -> dict:
+    """Per mode, ms per stream-frame (best of 3, taking turns) of eight
+    streams (the bench texts in turn) decoding their first ``frames`` frames
+    together, chunked as a stream is."""
+    from mlx_speech.families.chunk_schedule import ChunkSchedule
+
+    schedule, plan = ChunkSchedule(), []
+    while sum(plan) < frames:
+        plan.append(min(schedule.frames_for_next_chunk(), frames - sum(plan)))
+        schedule.chunk_done(plan[-1])
+    streams = [codes[index % len(codes)][:frames] for index in range(8)]
+    best = {name: math.inf for name in hosts}
+    for _ in range(3):
+        for name, decoder in hosts.items():
+            states = [decoder.state() for _ in streams]
+            started, at = time.perf_counter(), 0
+            for size in plan:
+                pairs = zip(states, streams, strict=True)
+                decoder.decode_together(
+                    [(state, stream[at : at + size]) for state, stream in pairs]
+                )
+                at += size
+            best[name] = min(best[name], time.perf_counter() - started)
+    return {name: seconds / (8 * frames) * 1000 for name, seconds in best.items()}
 
 
 def _compared(decoders: dict, codes: list[list], frames: int) -> dict:
@@ -191,6 +220,12 @@ def main() -> None:
         for decoder in ("mlx", "host"):
             if decoder in result:
                 _report(decoder, result[decoder])
+        if "host" in result:
+            eight = result["host_eight_streams_ms_per_stream_frame"]
+            print(
+                f"host decoder, eight streams' first 40 frames, ms per stream-frame: "
+                f"exact {eight['exact']:.2f}, fast {eight['fast']:.2f}"
+            )
 
 
 def _report(decoder: str, result: dict) -> None:
