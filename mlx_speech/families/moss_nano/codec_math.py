@@ -6,9 +6,10 @@ MLX's CPU backend computes ``erf`` (in the exact GELU) and ``exp`` (in the
 attention softmax) one element at a time, through scalar ``fma`` calls, and
 they take most of a decode. Where ``exact_activations``' C library passed its
 checks, both modes take the exact GELU and the exact softmax from it (the same
-numbers, vectorized, faster than any approximation): the fast mode is then
-the exact one. Otherwise the fast mode writes them from plain multiplies and
-adds, compiled by MLX into fused loops:
+numbers, vectorized, faster than any approximation); there the fast mode
+differs only in the host decoder's attention (``host_codec``). Otherwise the
+fast mode writes them from plain multiplies and adds, compiled by MLX into
+fused loops:
 
 - ``erf(x) ≈ x · P(x²) / Q(x²)`` on ``[-4, 4]`` (outside it ``erf`` is ±1 to
   float precision), our least-squares fit in float64; in float32 it is within

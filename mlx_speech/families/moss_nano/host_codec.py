@@ -11,7 +11,10 @@ all requests' steps, with each request attending over its own history kept
 in host buffers, and the patch reshapes in numpy. Every number is computed
 as MLX computes it (products through the sgemm MLX calls, MLX's layer norm,
 rotation, attention and exact GELU), and the decoder is checked against
-MLX's bit for bit before it is used (``host_decoder``).
+MLX's bit for bit before it is used (``host_decoder``); except, in the fast
+mode, the attention: the library's own, each query over only the keys it
+sees, whose audio is checked against the exact decoder's within
+``FAST_LARGEST_ERROR``.
 """
 
 from __future__ import annotations
