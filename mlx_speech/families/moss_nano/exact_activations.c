@@ -1931,7 +1931,7 @@ static void fast_attention_rows(const float *q, count_t stride, int rows, const 
 
 struct fast_attention {
     const float *queries; /* the steps' queries, width floats a step */
-    float *out, *scores;  /* scores: (span + FAST_ROWS) * LANES + dim * LANES floats a piece */
+    float *out, *scores;  /* scores: (span + FAST_DIM) * LANES floats a piece */
     float *const *keys, *const *values;
     const count_t *steps, *capacities, *kept;
     count_t heads, dim, context, span;
@@ -1945,8 +1945,8 @@ static void fast_attention_piece(const void *argument, count_t piece) {
     for (count_t before = 0; before < i; before++) first += a->steps[before];
     const float *k = a->keys[i] + h * a->capacities[i] * dim;
     const float *v = a->values[i] + h * a->capacities[i] * dim;
-    float *scores = a->scores + piece * (a->span + FAST_ROWS + dim) * LANES;
-    float *turned = scores + (a->span + FAST_ROWS) * LANES;
+    float *scores = a->scores + piece * (a->span + dim) * LANES;
+    float *turned = scores + a->span * LANES;
     for (count_t r0 = 0; r0 < a->steps[i]; r0 += FAST_ROWS) {
         int rows = a->steps[i] - r0 < FAST_ROWS ? (int)(a->steps[i] - r0) : FAST_ROWS;
         count_t lo[FAST_ROWS], end[FAST_ROWS];
@@ -1967,9 +1967,9 @@ static void fast_attention_piece(const void *argument, count_t piece) {
  * next steps can see (its last context - 1). cos and sin: dim floats a step.
  * fast: the fast mode's attention (above), where the heads fit it. work:
  * total * (6 * width + 2 * inner) + longest * 2 * dim + the larger of longest
- * times the longest span and requests * heads * (longest span + FAST_ROWS +
- * dim) * LANES floats, with total the steps of all requests, longest the
- * most steps of one, and longest span the most kept + steps of one. */
+ * times the longest span and requests * heads * (longest span + dim) *
+ * LANES floats, with total the steps of all requests, longest the most
+ * steps of one, and longest span the most kept + steps of one. */
 void codec_layer(const struct codec_layer *l, count_t requests, const count_t *steps, float *x,
                  float *const *keys, float *const *values, const count_t *capacities,
                  count_t *kept, const float *cos, const float *sin, float *work, int fast) {

@@ -331,7 +331,7 @@ class HostDecoder:
     ) -> None:
         dim = layer.width // layer.heads
         needed = total * (6 * layer.width + 2 * layer.inner) + longest * 2 * dim
-        fast_scratch = requests * layer.heads * (span + _LANES + dim) * _LANES
+        fast_scratch = requests * layer.heads * (span + dim) * _LANES
         needed += max(longest * span, fast_scratch)
         if self._work.size < needed:
             self._work = np.empty(needed, np.float32)
