@@ -80,6 +80,8 @@ class ModelSlot:
         # Called (on the loading thread) when loading failed: a server with no
         # model has nothing to serve, so ``mlx-speech serve`` stops.
         self.on_failure: Callable[[Exception], None] | None = None
+        # Called (on the loading thread) once the model is loaded.
+        self.on_loaded: Callable[[], None] | None = None
         self._thread = threading.Thread(
             target=self._load, args=(load, store, aliases), daemon=True
         )
@@ -109,6 +111,8 @@ class ModelSlot:
             self.tts.sample_rate,
             time.perf_counter() - started,
         )
+        if self.on_loaded is not None:
+            self.on_loaded()
 
     def ready(self) -> TTS:
         if self.tts is None:

@@ -176,6 +176,7 @@ def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
     output = server.stdout.read()
     assert f"listening on {url}" in output
     assert "loaded" in output
+    assert "objects from loading kept out of the garbage collector's scans" in output
     assert "Traceback" not in output and "Exception in ASGI application" not in output
 
 
