@@ -1841,7 +1841,8 @@ static inline __attribute__((always_inline)) void key_scores(const float *turned
     for (int e = 0; e < keys; e++) sums[e] = column * every_lane(key[e * dim]);
     for (count_t d = 1; d < dim; d++) {
         column = load_lanes(turned + d * LANES);
-        for (int e = 0; e < keys; e++) sums[e] = fused(column, every_lane(key[e * dim + d]), sums[e]);
+        for (int e = 0; e < keys; e++)
+            sums[e] = fused(column, every_lane(key[e * dim + d]), sums[e]);
     }
 }
 
