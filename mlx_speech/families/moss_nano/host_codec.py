@@ -456,14 +456,18 @@ FAST_LARGEST_ERROR = 1e-5
 
 def fast_holds(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:
     """The check's chunks through ``decoder`` with the fast attention and with
-    the exact one: within ``FAST_LARGEST_ERROR`` of each other."""
+    the exact one: within ``FAST_LARGEST_ERROR`` of each other. The decoder
+    keeps the attention it had."""
     rounds = _check_frames(codec, n_vq)
-    audio = {}
-    for fast in (True, False):
-        decoder.fast = fast
-        audio[fast] = _rounds(
-            decoder.decode_together, [decoder.state() for _ in range(2)], rounds
-        )
+    audio, before = {}, decoder.fast
+    try:
+        for fast in (True, False):
+            decoder.fast = fast
+            audio[fast] = _rounds(
+                decoder.decode_together, [decoder.state() for _ in range(2)], rounds
+            )
+    finally:
+        decoder.fast = before
     return all(
         np.all(np.abs(got - exact) <= FAST_LARGEST_ERROR)
         for got, exact in zip(audio[True], audio[False], strict=True)
