@@ -371,12 +371,15 @@ def host_decoder(codec: MossAudioTokenizer, n_vq: int, fast: bool) -> HostDecode
     kernels = Kernels(activations.library, ctypes.CDLL(blas))
     trust_chained_shapes(kernels, _product_shapes(stages), np.random.default_rng(6))
     decoder = HostDecoder(codec, n_vq, kernels, activations.library, fast=False)
-    if not matches_mlx(decoder, codec, n_vq):
+    rounds = _check_frames(codec, n_vq)
+    exact = _host_rounds(decoder, rounds)
+    if not _matches_mlx(exact, rounds, codec, n_vq):
         log.warning("the host codec decoder differs from MLX's here; decoding stays in MLX")
         return None
     if fast:
-        decoder.fast = fast_holds(decoder, codec, n_vq)
-        if not decoder.fast:
+        decoder.fast = True
+        if not _fast_holds(_host_rounds(decoder, rounds), exact):
+            decoder.fast = False
             log.warning(
                 "the fast codec attention strays here; decoding keeps the exact one"
             )
@@ -433,11 +436,14 @@ def _rounds(decode, states: list, rounds: list[list[list[mx.array]]]) -> list:
     return audio
 
 
-def matches_mlx(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:
-    """Two requests' chunks decoded together, then one alone, on the host and
-    through MLX: the same audio bit for bit."""
-    rounds = _check_frames(codec, n_vq)
-    host = _rounds(decoder.decode_together, [decoder.state() for _ in range(2)], rounds)
+def _host_rounds(decoder: HostDecoder, rounds: list[list[list[mx.array]]]) -> list:
+    """The check's chunks through ``decoder``, two requests of its own."""
+    return _rounds(decoder.decode_together, [decoder.state() for _ in range(2)], rounds)
+
+
+def _matches_mlx(host: list, rounds, codec: MossAudioTokenizer, n_vq: int) -> bool:
+    """The host decoder's audio of the check (two requests' chunks decoded
+    together, then one alone) and MLX's: the same bit for bit."""
     mlx = _rounds(
         lambda due: decode_together(codec, n_vq, due, EXACT),
         [DecoderState(codec) for _ in range(2)],
@@ -454,21 +460,10 @@ def matches_mlx(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> b
 FAST_LARGEST_ERROR = 1e-5
 
 
-def fast_holds(decoder: HostDecoder, codec: MossAudioTokenizer, n_vq: int) -> bool:
-    """The check's chunks through ``decoder`` with the fast attention and with
-    the exact one: within ``FAST_LARGEST_ERROR`` of each other. The decoder
-    keeps the attention it had."""
-    rounds = _check_frames(codec, n_vq)
-    audio, before = {}, decoder.fast
-    try:
-        for fast in (True, False):
-            decoder.fast = fast
-            audio[fast] = _rounds(
-                decoder.decode_together, [decoder.state() for _ in range(2)], rounds
-            )
-    finally:
-        decoder.fast = before
+def _fast_holds(fast: list, exact: list) -> bool:
+    """The check's audio with the fast attention within ``FAST_LARGEST_ERROR``
+    of the exact attention's."""
     return all(
-        np.all(np.abs(got - exact) <= FAST_LARGEST_ERROR)
-        for got, exact in zip(audio[True], audio[False], strict=True)
+        np.all(np.abs(got - want) <= FAST_LARGEST_ERROR)
+        for got, want in zip(fast, exact, strict=True)
     )
