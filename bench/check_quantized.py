@@ -8,8 +8,8 @@ float model's (all codebooks; the loop is autoregressive, so after the first
 differing frame the rest usually differ too, hence also the first differing
 frame per text), the SNR of its audio against the float audio, the bytes of
 its transformer weights, and its steady ms/frame (60 frames minus 20, best of
-``--repeats``, the models taking turns). On Linux it re-runs itself with the
-system OpenBLAS when one is installed.
+``--repeats``, the models taking turns), each stepped as the server steps it.
+On Linux it re-runs itself with the system OpenBLAS when one is installed.
 
 A random-weight checkpoint's logits are nearly flat, so near-ties (and so
 differing codes) are far more common than with trained weights: its
@@ -58,7 +58,10 @@ def _codes(service, text: str, frames: int) -> list:
     prompt, _ = model.build_inference_input_ids(
         text=text, tokenizer=model.tokenizer, mode="continuation"
     )
-    return list(frame_loop(model, prompt, _greedy(frames), KeySequence(0)))
+    # as served: on the host step where the model has one (float weights on
+    # Linux), through MLX otherwise (quantized weights)
+    host = service._batch._host
+    return list(frame_loop(model, prompt, _greedy(frames), KeySequence(0), host=host))
 
 
 def _audio(service, codes: list) -> np.ndarray:
