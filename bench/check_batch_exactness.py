@@ -6,9 +6,9 @@ For each batch size, that many requests (English and Chinese sentences, half
 greedy, half sampled with a seed) start together and are stepped together on
 the worker as the server steps them (on the host where ``host_step``
 applies, the prompts sharing their products where its load check allows;
-else through MLX, the prompts in one forward), then each again alone; it counts the requests whose codes differ
-and the frames compared. On Linux
-it re-runs itself with the system OpenBLAS when one is installed (pass
+else through MLX, the prompts in one forward), then each again alone; it
+counts the requests whose codes differ and the frames compared. On Linux it
+re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
 """
 

@@ -62,9 +62,7 @@ def parse_items(body: Any, rules: RequestRules) -> list[Item]:
     return items
 
 
-def render(
-    stream: ChunkStream, request: SpeechRequest, native_rate: int
-) -> dict[str, Any]:
+def render(stream: ChunkStream, request: SpeechRequest, native_rate: int) -> dict[str, Any]:
     """Blocking: the item's whole audio, encoded (runs on a thread)."""
     output_rate = request.sample_rate or native_rate
     resampler = StreamingResampler(native_rate, output_rate)

@@ -26,7 +26,8 @@ def read_local_media(
             data = handle.read(max_bytes + 1)
     except (ValueError, OSError):  # a NUL, a name too long, an unreadable file
         raise ApiError(
-            400, f"{param}: not a readable file under the allowed directory",
+            400,
+            f"{param}: not a readable file under the allowed directory",
             param=param,
         ) from None
     if len(data) > max_bytes:

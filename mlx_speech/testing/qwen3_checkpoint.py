@@ -208,8 +208,13 @@ def build_qwen3_checkpoint(
     )
     (directory / "generation_config.json").write_text(
         json.dumps(
-            {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
-             "max_new_tokens": 2048},
+            {
+                "temperature": 0.9,
+                "top_k": 50,
+                "top_p": 1.0,
+                "repetition_penalty": 1.05,
+                "max_new_tokens": 2048,
+            },
             indent=2,
         )
     )

@@ -38,8 +38,16 @@ def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
 def test_speak_says_which_fields_the_model_ignored(speaking_dir, tmp_path):
     out = tmp_path / "styled.wav"
     result = run(
-        "speak", "Hi.", "--model", str(speaking_dir), "-o", str(out),
-        "--instructions", "Whisper.", "--max-new-tokens", "2",
+        "speak",
+        "Hi.",
+        "--model",
+        str(speaking_dir),
+        "-o",
+        str(out),
+        "--instructions",
+        "Whisper.",
+        "--max-new-tokens",
+        "2",
     )
     assert result.returncode == 0, result.stderr
     assert "ignored (this model does not use them): instructions" in result.stdout
@@ -186,15 +194,18 @@ def test_on_sigterm_running_streams_finish_or_end_cleanly(speaking_dir):
     server, url = start_serving(speaking_dir, "--shutdown-timeout", "1.5")
     try:
         with httpx.Client(timeout=30) as client:
-            with client.stream(
-                "POST",
-                f"{url}/v1/audio/speech",
-                json={"input": "Hi.", "stream_format": "sse", "max_new_tokens": 4000},
-            ) as long, client.stream(
-                "POST",
-                f"{url}/v1/audio/speech",
-                json={"input": "Hi.", "response_format": "pcm", "max_new_tokens": 20},
-            ) as short:
+            with (
+                client.stream(
+                    "POST",
+                    f"{url}/v1/audio/speech",
+                    json={"input": "Hi.", "stream_format": "sse", "max_new_tokens": 4000},
+                ) as long,
+                client.stream(
+                    "POST",
+                    f"{url}/v1/audio/speech",
+                    json={"input": "Hi.", "response_format": "pcm", "max_new_tokens": 20},
+                ) as short,
+            ):
                 lines = long.iter_lines()
                 assert next(lines).startswith("data: ")
                 server.send_signal(signal.SIGTERM)

@@ -182,9 +182,7 @@ def test_an_upload_deleted_at_once_still_answers_with_what_was_written(
     assert store.find("racer") is None
 
 
-def test_a_voice_deleted_mid_request_does_not_leak_the_voices_path(
-    speaking_dir, tmp_path
-):
+def test_a_voice_deleted_mid_request_does_not_leak_the_voices_path(speaking_dir, tmp_path):
     tts = mlx_speech.load(speaking_dir, voices_dir=tmp_path / "voices")
     voice = tts.voice_store.add("gone", _clip(1))
     tts.voice_store.remove("gone")
@@ -271,9 +269,22 @@ def test_cli_has_a_flag_for_every_sampling_keyword(speaking_dir, tmp_path):
     assert flags == set(SamplingOptions.__dataclass_fields__)
     out = tmp_path / "sampled.wav"
     result = run(
-        "speak", "Hi.", "--model", str(speaking_dir), "-o", str(out), "--seed", "3",
-        "--top-p", "0.9", "--top-k", "5", "--repetition-penalty", "1.1",
-        "--max-new-tokens", "3",
+        "speak",
+        "Hi.",
+        "--model",
+        str(speaking_dir),
+        "-o",
+        str(out),
+        "--seed",
+        "3",
+        "--top-p",
+        "0.9",
+        "--top-k",
+        "5",
+        "--repetition-penalty",
+        "1.1",
+        "--max-new-tokens",
+        "3",
     )
     assert result.returncode == 0, result.stderr
     assert len(soundfile.read(out)[0]) == 3 * 960
@@ -281,9 +292,19 @@ def test_cli_has_a_flag_for_every_sampling_keyword(speaking_dir, tmp_path):
 
 def test_serve_exits_non_zero_when_the_model_cannot_load(tmp_path):
     result = subprocess.run(
-        [MLX_SPEECH, "serve", "--model", str(tmp_path / "missing"), "--port", "0",
-         "--voices-dir", str(tmp_path / "v")],
-        capture_output=True, text=True, timeout=120,
+        [
+            MLX_SPEECH,
+            "serve",
+            "--model",
+            str(tmp_path / "missing"),
+            "--port",
+            "0",
+            "--voices-dir",
+            str(tmp_path / "v"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1
     assert "could not load the model" in result.stderr.strip().splitlines()[-1]

@@ -102,7 +102,9 @@ def test_cors_headers_go_only_to_allowed_origins(server):
     answer = httpx.options(f"{server.url}/v1/audio/speech", headers=preflight)
     assert answer.status_code == 200
     assert answer.headers["access-control-allow-origin"] == "http://localhost:3000"
-    foreign = httpx.get(f"{server.url}/v1/models", headers={"origin": "http://evil.example"})
+    foreign = httpx.get(
+        f"{server.url}/v1/models", headers={"origin": "http://evil.example"}
+    )
     assert foreign.status_code == 200  # reading is harmless: the browser withholds it
     assert "access-control-allow-origin" not in foreign.headers
 

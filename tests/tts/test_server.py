@@ -496,9 +496,7 @@ def test_a_clip_wins_over_a_voice_name(server, reference_clip):
         ({"stream": False, "stream_format": "sse"}, "events"),
     ],
 )
-def test_stream_fields_mean_what_openai_and_vllm_omni_clients_expect(
-    server, fields, shape
-):
+def test_stream_fields_mean_what_openai_and_vllm_omni_clients_expect(server, fields, shape):
     response = speech(server, response_format="pcm", max_new_tokens=3, **fields)
     assert response.status_code == 200, response.text
     content_type = response.headers["content-type"]
