@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from . import DEFAULT_MODEL
-from .blas import active_blas, use_fast_blas
+from .backends import BACKEND_VARIABLE, BACKENDS
 from .errors import shown
 from .families import QUANTIZE_BITS
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
+from .host_engine.blas import active_blas, use_fast_blas
 from .http.adapter import END_EARLY_SECONDS
 from .settings import ServerSettings
 from .text_segments import SPLITS
@@ -65,6 +66,17 @@ def _quantize_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _backend_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        default=None,
+        choices=BACKENDS,
+        help="what runs the model: mlx (MLX alone, as on a Mac), host (MOSS-TTS-Nano's "
+        "host engine on Linux's CPU, the rest through MLX) or auto (host where it "
+        f"can run, else mlx; default: ${BACKEND_VARIABLE}, else auto)",
+    )
+
+
 # The sampling keywords (``SamplingOptions``), each a flag of ``speak``.
 SAMPLING_FLAGS = [
     ("seed", int, "make sampling reproducible"),
@@ -91,6 +103,7 @@ def _speak_parser(commands) -> None:
     )
     _model_argument(speak)
     _quantize_argument(speak)
+    _backend_argument(speak)
     voice = speak.add_mutually_exclusive_group()
     voice.add_argument(
         "--voice",
@@ -209,6 +222,7 @@ def _serve_parser(commands) -> None:
     )
     _model_argument(serve)
     _quantize_argument(serve)
+    _backend_argument(serve)
     host, port = _setting("host"), _setting("port")
     serve.add_argument(
         "--host", default=host, help=f"address to listen on (default: {host})"
@@ -340,6 +354,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         ),
         normalize=args.normalize,
         quantize=args.quantize,
+        backend=args.backend,
     )
 
 
@@ -567,7 +582,10 @@ def _speak(args: argparse.Namespace) -> None:
         if not Path(output).absolute().parent.is_dir():
             raise RuntimeError(f"cannot write {output}: its directory does not exist")
     tts = mlx_speech.load(
-        args.model or DEFAULT_MODEL, voices_dir=args.voices_dir, quantize=args.quantize
+        args.model or DEFAULT_MODEL,
+        voices_dir=args.voices_dir,
+        quantize=args.quantize,
+        backend=args.backend,
     )
     player = Player(tts.sample_rate, args.channels or 1) if args.play else None
     started = time.perf_counter()
@@ -595,7 +613,8 @@ def _speak(args: argparse.Namespace) -> None:
     print(
         f"{where}: {audio.duration:.2f} s of audio; first audio after "
         f"{(first_audio or elapsed) * 1000:.0f} ms; real-time factor {rtf:.2f} "
-        f"(generation time / audio time); BLAS: {active_blas()}"
+        f"(generation time / audio time); backend: {tts.backend} on {tts.device}, "
+        f"BLAS: {active_blas()}"
     )
     if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")

@@ -40,6 +40,11 @@ def resolve_model_dir(model: str | Path) -> Path:
 
 
 def family_loader(model_dir: Path) -> Callable[[Path, LoadOptions], SpeechService]:
+    return FAMILIES[model_family(model_dir)]
+
+
+def model_family(model_dir: Path) -> str:
+    """The family (a key of ``FAMILIES``) that serves the checkpoint."""
     config_path = model_dir / "config.json"
     try:
         config = json.loads(config_path.read_text())
@@ -61,4 +66,4 @@ def family_loader(model_dir: Path) -> Callable[[Path, LoadOptions], SpeechServic
             f"unsupported model_type {model_type!r} in {config_path}; "
             f"supported: {supported}"
         )
-    return FAMILIES[model_type]
+    return model_type

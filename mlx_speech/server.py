@@ -55,7 +55,8 @@ __all__ = ["ModelSlot", "ServerSettings", "create_app", "uvicorn_config"]
 
 log = logging.getLogger("mlx_speech.server")
 
-# ``load(model, voices_dir=the server's store, voice_aliases=…, quantize=…)`` → the model;
+# ``load(model, voices_dir=the server's store, voice_aliases=…, quantize=…, backend=…)``
+# → the model;
 # ``mlx_speech.load`` is one.
 Loader = Callable[..., TTS]
 
@@ -71,10 +72,12 @@ class ModelSlot:
         aliases: dict[str, str],
         normalize: bool = True,
         quantize: int | None = None,
+        backend: str | None = None,
     ):
         self.name = model
         self._normalize = normalize
         self._quantize = quantize
+        self._backend = backend
         self.tts: TTS | None = None
         self.error: Exception | None = None
         # Called (on the loading thread) when loading failed: a server with no
@@ -94,7 +97,11 @@ class ModelSlot:
         started = time.perf_counter()
         try:
             tts = load(
-                self.name, voices_dir=store, voice_aliases=aliases, quantize=self._quantize
+                self.name,
+                voices_dir=store,
+                voice_aliases=aliases,
+                quantize=self._quantize,
+                backend=self._backend,
             )
             tts.normalize = self._normalize
             self.tts = tts
@@ -323,7 +330,10 @@ async def health(request: Request) -> Response:
         return JSONResponse({"status": "failed", "error": str(slot.error)}, status_code=503)
     if slot.tts is None:
         return JSONResponse({"status": "loading"}, status_code=503)
-    return JSONResponse({"status": "ok", "model": slot.name})
+    tts = slot.tts
+    return JSONResponse(
+        {"status": "ok", "model": slot.name, "backend": tts.backend, "device": tts.device}
+    )
 
 
 async def prometheus(request: Request) -> Response:
@@ -406,6 +416,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
         dict(settings.voice_aliases),
         normalize=settings.normalize,
         quantize=settings.quantize,
+        backend=settings.backend,
     )
     return app
 

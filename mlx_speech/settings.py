@@ -37,6 +37,7 @@ class ServerSettings:
     allowed_local_media_path: Path | None = None  # None: file:// refused
     normalize: bool = True  # a request's text normalization when it does not say
     quantize: int | None = None  # bits of MOSS-TTS-Nano's transformer weights
+    backend: str | None = None  # "auto", "mlx" or "host"; None: MLX_SPEECH_BACKEND
 
     @property
     def max_body_bytes(self) -> int:

@@ -30,8 +30,10 @@ class TTS:
         voice_aliases: dict[str, str] | None = None,
         normalize: bool = True,
         normalizer: TextNormalizer | None = None,
+        device: str = "cpu",
     ):
         self._service = service
+        self.device = device  # MLX's: "cpu" or "gpu"
         self._engine = engine
         self.voice_store = voice_store
         self.voice_aliases = dict(voice_aliases or {})  # name (lower case) → voice
@@ -41,6 +43,11 @@ class TTS:
     @property
     def family(self) -> str:
         return self._service.name
+
+    @property
+    def backend(self) -> str:
+        """What runs the model: "mlx", or "host" (the host engine beside MLX)."""
+        return self._service.backend
 
     @property
     def sample_rate(self) -> int:

@@ -24,10 +24,13 @@ class LoadOptions:
     """What a model is loaded for. ``max_batch``: requests the worker steps
     together (a family that batches prepares those shapes while loading).
     ``quantize``: bits of the transformer weights (one of ``QUANTIZE_BITS``),
-    or ``None`` for the checkpoint's own."""
+    or ``None`` for the checkpoint's own. ``accelerator``: a backend beside
+    MLX for the family to plug in where it applies (MOSS-TTS-Nano's
+    ``accelerator.Accelerator``), or ``None``: MLX alone."""
 
     max_batch: int = 1
     quantize: int | None = None
+    accelerator: Any = None
 
     def refuse_quantize(self, family: str) -> None:
         """For a family whose weights are only served as the checkpoint has them."""
@@ -49,6 +52,7 @@ class SpeechService:
     channels: int = 1  # the model's own; a request may ask for them or for mono
     voices: tuple[str, ...] = ()  # preset voice names
     voice_hint: str  # what to pass instead of an unknown voice name
+    backend = "mlx"  # what runs its model: "mlx", or an accelerator's name
     # "incremental": chunks come as frames are generated; "buffered": the audio
     # comes when the whole utterance is generated.
     streaming = "incremental"

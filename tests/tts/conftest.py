@@ -1,5 +1,12 @@
 """Session fixtures: tiny random checkpoints of every family, built once and
-loaded through the real registry and worker."""
+loaded through the real registry and worker.
+
+The modules in ``TWO_LANES`` run their MOSS-TTS-Nano tests on both
+backends: ``mlx`` (what a Mac runs, minus Metal's kernels) and ``host`` (the
+Linux host engine, skipped where it cannot run). Their tests take the
+``nano_backend`` fixture, directly or through the Nano fixtures below; other
+modules load with ``auto``.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,45 @@ import pytest
 import soundfile
 
 import mlx_speech
+from mlx_speech.engine import shared_engine
 from mlx_speech.testing.nano_checkpoint import build_nano_checkpoint
 from mlx_speech.testing.qwen3_checkpoint import build_qwen3_checkpoint
 from mlx_speech.testing.voxcpm2_checkpoint import build_voxcpm2_checkpoint
+
+LANES = ("host", "mlx")
+TWO_LANES = {
+    "test_parity",
+    "test_batching",
+    "test_streaming",
+    "test_server",
+    "test_text_stream",
+    "test_hostile_inputs",
+    "test_page",
+    "test_client_patterns",
+    "test_speech_socket",
+    "test_batch_endpoint",
+    "test_chunk_release",
+}
+
+
+def pytest_generate_tests(metafunc):
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "nano_backend" in metafunc.fixturenames and module in TWO_LANES:
+        metafunc.parametrize("nano_backend", LANES, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
+def nano_backend(request) -> str:
+    """The backend a test's Nano models load with (``mlx_speech.backends``)."""
+    backend = getattr(request, "param", "auto")
+    if backend == "host":
+        from mlx_speech.host_engine.engine import Unavailable, open_host_engine
+
+        try:
+            shared_engine().call(open_host_engine)
+        except Unavailable as why:
+            pytest.skip(f"the host engine cannot run here: {why}")
+    return backend
 
 
 @pytest.fixture(scope="session")
@@ -30,30 +73,30 @@ def stopping_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def speaking_tts(speaking_dir) -> mlx_speech.TTS:
-    return mlx_speech.load(speaking_dir)
+def speaking_tts(speaking_dir, nano_backend) -> mlx_speech.TTS:
+    return mlx_speech.load(speaking_dir, backend=nano_backend)
 
 
 @pytest.fixture(scope="session")
-def stopping_tts(stopping_dir) -> mlx_speech.TTS:
-    return mlx_speech.load(stopping_dir)
+def stopping_tts(stopping_dir, nano_backend) -> mlx_speech.TTS:
+    return mlx_speech.load(stopping_dir, backend=nano_backend)
 
 
 @pytest.fixture(scope="session")
-def exact_speaking_tts(speaking_dir) -> mlx_speech.TTS:
+def exact_speaking_tts(speaking_dir, nano_backend) -> mlx_speech.TTS:
     """Loaded with ``MLX_SPEECH_EXACT=1``: mlx-audio's numbers everywhere."""
-    return _load_exact(speaking_dir)
+    return _load_exact(speaking_dir, nano_backend)
 
 
 @pytest.fixture(scope="session")
-def exact_stopping_tts(stopping_dir) -> mlx_speech.TTS:
-    return _load_exact(stopping_dir)
+def exact_stopping_tts(stopping_dir, nano_backend) -> mlx_speech.TTS:
+    return _load_exact(stopping_dir, nano_backend)
 
 
-def _load_exact(model_dir: Path) -> mlx_speech.TTS:
+def _load_exact(model_dir: Path, backend: str) -> mlx_speech.TTS:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLX_SPEECH_EXACT", "1")
-        return mlx_speech.load(model_dir)
+        return mlx_speech.load(model_dir, backend=backend)
 
 
 @pytest.fixture(scope="session")

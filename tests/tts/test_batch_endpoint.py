@@ -22,9 +22,11 @@ FRAME = 960
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir, tmp_path_factory):
+def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
-        model=str(speaking_dir), voices_dir=tmp_path_factory.mktemp("batch-voices")
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("batch-voices"),
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         yield running

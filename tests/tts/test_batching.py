@@ -88,12 +88,13 @@ def test_codes_of_requests_stepped_together_equal_mlx_audio(speaking_tts, speaki
     import mlx.core as mx
     from mlx_audio.tts.utils import load_model
 
-    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.loop import FrameJob
     from mlx_speech.families.moss_nano.sampling import KeySequence
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
     cases = [(True, 1), (False, 2), (False, 3), (True, 4)]
     model = speaking_tts._service._model
+    stepper = speaking_tts._service._batch._stepper  # the backend's
 
     def prompt(of_model, seed):
         return of_model.build_inference_input_ids(
@@ -113,7 +114,7 @@ def test_codes_of_requests_stepped_together_equal_mlx_audio(speaking_tts, speaki
             )
         codes: list[list[np.ndarray]] = [[] for _ in jobs]
         while live := [job for job in jobs if not job.done]:
-            step(model, live)
+            stepper.step(live)
             for job in live:
                 if not job.stopped:
                     codes[jobs.index(job)].append(np.asarray(job.frame))
@@ -215,11 +216,13 @@ def test_batching_off_still_interleaves(speaking_tts):
         np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
-def test_a_batch_that_fails_fails_each_of_its_requests(speaking_dir, monkeypatch):
+def test_a_batch_that_fails_fails_each_of_its_requests(
+    speaking_dir, nano_backend, monkeypatch
+):
     import mlx_speech
     from mlx_speech.families.moss_nano import batch
 
-    tts = mlx_speech.load(speaking_dir)
+    tts = mlx_speech.load(speaking_dir, backend=nano_backend)
     streams = [tts.stream(TEXTS[0], seed=i, max_new_tokens=20) for i in range(3)]
     for stream in streams:
         next(stream)
@@ -478,8 +481,9 @@ def test_a_request_still_being_checked_starts_with_one_already_reading(
         assert sizes[0] == 2  # their first step, together
 
 
-def test_metrics_show_batch_sizes_and_step_times(speaking_dir):
-    with RunningServer(ServerSettings(model=str(speaking_dir), max_batch=4)) as server:
+def test_metrics_show_batch_sizes_and_step_times(speaking_dir, nano_backend):
+    settings = ServerSettings(model=str(speaking_dir), max_batch=4, backend=nano_backend)
+    with RunningServer(settings) as server:
 
         def speak(seed):
             httpx.post(

@@ -72,5 +72,7 @@ def test_a_snapshot_holds_its_positions_not_the_block_buffers():
     taken = snapshot(caches)
     del caches
     gc.collect()
-    held = mx.get_active_memory() - before  # the block buffers: 50 times more
-    assert snapshot_bytes(taken) <= held < 1.1 * snapshot_bytes(taken)
+    # the block buffers would be 50 times more; MLX may keep a few small
+    # temporaries of earlier graphs alive a while (a kilobyte or two)
+    held = mx.get_active_memory() - before
+    assert snapshot_bytes(taken) <= held < 2 * snapshot_bytes(taken)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlx_speech.blas import OPENBLAS_LIBRARIES
+from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
@@ -42,9 +42,9 @@ _SKYLAKE_CORES = ("SkylakeX", "Cooperlake", "SapphireRapids")
 
 _SETUP = f"""
 import ctypes, numpy as np
-from mlx_speech.blas import mlx_blas
-from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_kernels import (
+from mlx_speech.host_engine.blas import mlx_blas
+from mlx_speech.host_engine.library import exact_activations
+from mlx_speech.host_engine.kernels import (
     Kernels, trust_chained_shapes, trust_lone_shapes
 )
 blas = ctypes.CDLL(mlx_blas())
@@ -177,9 +177,9 @@ def test_the_load_checks_trust_only_sgemms_numbers():
 def _kernels():
     import ctypes
 
-    from mlx_speech.blas import mlx_blas
-    from mlx_speech.families.moss_nano.exact_activations import exact_activations
-    from mlx_speech.families.moss_nano.host_kernels import Kernels
+    from mlx_speech.host_engine.blas import mlx_blas
+    from mlx_speech.host_engine.kernels import Kernels
+    from mlx_speech.host_engine.library import exact_activations
 
     return Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 
@@ -201,7 +201,7 @@ def _from_panels(kernels, x, panel, bias, outs: int, ins: int):
 def test_panels_give_the_chained_numbers(outs, ins):
     """A weight read from its panels gives the chained product's numbers bit
     for bit, for a lone row and for stacked rows in one or more groups."""
-    from mlx_speech.families.moss_nano.host_kernels import panels
+    from mlx_speech.host_engine.kernels import panels
 
     kernels, generator = _kernels(), np.random.default_rng(7)
     w = generator.standard_normal((outs, ins), dtype=np.float32)
@@ -219,7 +219,7 @@ def test_panels_give_the_chained_numbers(outs, ins):
 
 
 def test_only_whole_panels_are_made():
-    from mlx_speech.families.moss_nano.host_kernels import PANEL, panels
+    from mlx_speech.host_engine.kernels import PANEL, panels
 
     weight = np.arange(2 * PANEL * 3, dtype=np.float32).reshape(2 * PANEL, 3)
     panel = panels(weight)
@@ -231,10 +231,10 @@ def test_only_whole_panels_are_made():
 _PANELS_IN_A_FRAME_STEP = """
 import ctypes, numpy as np, mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import GPT2Config, GPT2Model
-from mlx_speech.blas import mlx_blas
-from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_kernels import BLOCK_LAYERS, Kernels
-from mlx_speech.families.moss_nano.host_step import HostStep, _Transformer
+from mlx_speech.host_engine.blas import mlx_blas
+from mlx_speech.host_engine.library import exact_activations
+from mlx_speech.host_engine.kernels import BLOCK_LAYERS, Kernels
+from mlx_speech.host_engine.frame_step import HostStep, _Transformer
 
 kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 # a block whose MLP products chain (too large for OpenBLAS's small kernel),

@@ -14,7 +14,7 @@ from mlx_speech.families.chunk_schedule import ChunkSchedule
 from mlx_speech.families.moss_nano import batch
 from mlx_speech.families.moss_nano.batch import CodecBatch
 from mlx_speech.families.moss_nano.chunk_release import ChunkRelease
-from mlx_speech.families.moss_nano.codec import DecoderState, decode_together, with_channels
+from mlx_speech.families.moss_nano.codec import with_channels
 
 REQUESTS, FRAMES = 8, 70
 
@@ -36,15 +36,15 @@ def _lockstep(tts) -> dict:
     import mlx.core as mx
 
     service = tts._service
-    codec, n_vq = service._codec, service._model.config.n_vq
-    numerics = service._decodes._numerics
-    decodes = CodecBatch(codec, n_vq, numerics)
+    n_vq = service._model.config.n_vq
+    decoder = service._decodes._decoder  # the backend's: MLX's or the host engine's
+    decodes = CodecBatch(decoder, n_vq, service.sample_rate)
     rng = np.random.default_rng(3)
     frames = [
         [mx.array(rng.integers(0, 64, (n_vq,)), dtype=mx.int32) for _ in range(FRAMES)]
         for _ in range(REQUESTS)
     ]
-    releases = [ChunkRelease(decodes, DecoderState(codec)) for _ in range(REQUESTS)]
+    releases = [ChunkRelease(decodes, decodes.state()) for _ in range(REQUESTS)]
     rests = [release.rest() for release in releases]  # lazy: used after the frames
     handed: list[list] = [[] for _ in range(REQUESTS)]  # (round, output)
     round_, handed_now = 0, []
@@ -69,10 +69,10 @@ def _lockstep(tts) -> dict:
             per_round[at] = per_round.get(at, 0) + size
     alone = []
     for request_frames in frames:
-        state, samples, start = DecoderState(codec), [], 0
+        state, samples, start = decoder.state(), [], 0
         for size in _planned_chunks(FRAMES):
             chunk = request_frames[start : start + size]
-            (decoded,) = decode_together(codec, n_vq, [(state, chunk)], numerics)
+            (decoded,) = decoder.decode_together([(state, chunk)])
             samples.append(np.asarray(with_channels(decoded, 1)))
             start += size
         alone.append(np.concatenate(samples))

@@ -23,11 +23,12 @@ BUDGET = {"max_new_tokens": 6}  # keeps each call short; not something clients s
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir, tmp_path_factory):
+def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
         model=str(speaking_dir),
         voices_dir=tmp_path_factory.mktemp("client-voices"),
         voice_aliases=(("af_bella", "default"),),  # a Kokoro user's mapping
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         yield running

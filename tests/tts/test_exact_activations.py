@@ -15,9 +15,10 @@ import pytest
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
 
-from mlx_speech.families.moss_nano import exact_activations as library
 from mlx_speech.families.moss_nano.blocks import activate_rows
-from mlx_speech.families.moss_nano.codec_math import exact_gelu
+from mlx_speech.families.moss_nano.codec_math import EXACT, codec_math
+from mlx_speech.host_engine import library
+from mlx_speech.host_engine.engine import HostEngine
 
 needs_library = pytest.mark.skipif(
     sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
@@ -87,9 +88,8 @@ def test_attention_equals_mlx_bit_for_bit(heads, rows, length, mask):
         None: None,
     }
     chosen = None if masks[mask] is None else mx.array(masks[mask])
-    ours = library.scaled_dot_product_attention(
-        queries, keys, values, scale=48**-0.5, mask=chosen
-    )
+    attention = library.attention_with(library.exact_activations().softmax)
+    ours = attention(queries, keys, values, scale=48**-0.5, mask=chosen)
     theirs = mx.fast.scaled_dot_product_attention(
         queries, keys, values, scale=48**-0.5, mask=chosen
     )
@@ -148,22 +148,28 @@ def test_a_cube_port_that_differs_from_mlx_is_not_used(monkeypatch):
         kernels.library.port_cubes(int(kernels.cubes_ported))
 
 
+@needs_library
 def test_the_transformer_and_codec_activations_take_them_with_mlx_numbers():
+    """Through the engine's ``ArrayOps``, as the family takes them."""
+    ops = HostEngine(library.exact_activations(), "").array_ops()
     values = _values(2 * 3072, seed=7).reshape(1, 2, 3072)
-    assert (_bits(activate_rows(values, "gelu_new")) == _bits(gelu_new(values))).all()
-    assert (_bits(exact_gelu(values)) == _bits(_exact_gelu(values))).all()
+    ours = activate_rows(values, "gelu_new", ops)
+    assert (_bits(ours) == _bits(gelu_new(values))).all()
+    assert (_bits(codec_math(ops).gelu(values)) == _bits(_exact_gelu(values))).all()
 
 
-def test_without_a_compiler_mlx_computes_the_same_numbers(tmp_path, monkeypatch):
+def test_without_a_compiler_the_engine_is_unavailable_and_mlx_computes_the_same(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    assert library._load() is None
-    monkeypatch.setattr(library, "_loaded", [None])
+    with pytest.raises(library.Unavailable, match="C library is unavailable"):
+        library._load()
     values = _values(4 * 3072, seed=3).reshape(1, 4, 3072)
     assert (_bits(activate_rows(values, "gelu_new")) == _bits(gelu_new(values))).all()
-    assert (_bits(exact_gelu(values)) == _bits(_exact_gelu(values))).all()
+    assert (_bits(EXACT.gelu(values)) == _bits(_exact_gelu(values))).all()
     queries = values.reshape(1, 4, 3, 1024)[..., :64]
-    attended = library.scaled_dot_product_attention(queries, queries, queries, scale=0.125)
+    attended = EXACT.attention(queries, queries, queries, 0.125, None)
     plain = mx.fast.scaled_dot_product_attention(queries, queries, queries, scale=0.125)
     assert (_bits(attended) == _bits(plain)).all()
 
@@ -183,13 +189,13 @@ def test_a_function_that_differs_from_mlx_anywhere_is_not_used(caplog):
 @needs_library
 def test_with_the_library_the_fast_codec_decodes_the_exact_audio(speaking_tts):
     from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
-    from mlx_speech.families.moss_nano.codec_math import EXACT, FAST
 
+    ops = HostEngine(library.exact_activations(), "").array_ops()
     codec = speaking_tts._service._codec
     generator = np.random.default_rng(4)
     frames = [mx.array(generator.integers(0, 16, 4).astype(np.int32)) for _ in range(6)]
     exact, fast = (
         decode_together(codec, 4, [(DecoderState(codec), frames)], numerics)[0]
-        for numerics in (EXACT, FAST)
+        for numerics in (codec_math(ops, fast=False), codec_math(ops, fast=True))
     )
     assert (_bits(fast) == _bits(exact)).all()

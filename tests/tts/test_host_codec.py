@@ -1,4 +1,4 @@
-"""The codec decoder on the host (``host_codec``): MLX's audio bit for bit,
+"""The host engine's codec decoder (``host_engine.codec_decoder``): MLX's audio bit for bit,
 for requests decoded alone and together, with chunks of any size, past the
 attention's context."""
 
@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from mlx_speech.engine.worker import shared_engine
-from mlx_speech.families.moss_nano import host_codec
 from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
-from mlx_speech.families.moss_nano.host_codec import HostDecoder, host_decoder
+from mlx_speech.host_engine import codec_decoder as host_codec
+from mlx_speech.host_engine.codec_decoder import HostDecoder
+from tests.tts.support.host_engine import host_decoder_for
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
@@ -86,19 +87,19 @@ def _assert_within_contract(got_audio, exact_audio) -> None:
 
 
 def test_the_service_decodes_on_the_host_with_the_fast_attention(speaking_tts):
-    decoder = speaking_tts._service._decodes._host
-    assert decoder is not None and decoder.fast
+    decoder = speaking_tts._service._decodes._decoder
+    assert isinstance(decoder, HostDecoder) and decoder.fast
 
 
 def test_the_exact_service_decodes_with_the_exact_attention(exact_speaking_tts):
-    decoder = exact_speaking_tts._service._decodes._host
-    assert decoder is not None and not decoder.fast
+    decoder = exact_speaking_tts._service._decodes._decoder
+    assert isinstance(decoder, HostDecoder) and not decoder.fast
 
 
 def _decoders(service) -> dict[bool, HostDecoder]:
     """Worker thread: a host decoder of each mode for the service's codec."""
     codec, n_vq = service._codec, service._model.config.n_vq
-    return {fast: host_decoder(codec, n_vq, fast=fast) for fast in (False, True)}
+    return {fast: host_decoder_for(codec, n_vq, fast=fast) for fast in (False, True)}
 
 
 def test_chunks_decoded_together_equal_mlx_bit_for_bit_in_the_exact_mode(speaking_tts):
@@ -162,7 +163,7 @@ def test_a_fast_attention_that_strays_is_not_used(speaking_tts, monkeypatch, cap
     codec, n_vq = service._codec, service._model.config.n_vq
     monkeypatch.setattr(host_codec, "FAST_LARGEST_ERROR", -1.0)
     with caplog.at_level(logging.WARNING, logger="mlx_speech.engine"):
-        decoder = shared_engine().call(lambda: host_decoder(codec, n_vq, fast=True))
+        decoder = shared_engine().call(lambda: host_decoder_for(codec, n_vq, fast=True))
     assert decoder is not None and not decoder.fast
     assert "fast codec attention strays" in caplog.text
 
@@ -210,7 +211,7 @@ def test_no_host_decoder_for_a_positional_embedding_it_lacks(speaking_tts):
     def run():
         stage.transformer.positional_embedding = "sin_rope"
         try:
-            return [host_decoder(codec, n_vq, fast=True)]
+            return [host_decoder_for(codec, n_vq, fast=True)]
         finally:
             stage.transformer.positional_embedding = before
 

@@ -1,4 +1,4 @@
-"""The frame step on the host (``host_step``): MLX's codes for a request
+"""The host engine's frame step (``host_engine.frame_step``): MLX's codes for a request
 alone and for requests stepped together, joining and leaving."""
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 from mlx_audio.tts.utils import load_model
 
-from mlx_speech.families.moss_nano import host_step as host_step_module
-from mlx_speech.families.moss_nano.host_step import HostStep, host_step
-from mlx_speech.families.moss_nano.loop import FrameJob, FrameSampling, step
+from mlx_speech.families.moss_nano.loop import FrameJob, FrameSampling, MlxFrameStep
 from mlx_speech.families.moss_nano.loop import frames as loop_frames
 from mlx_speech.families.moss_nano.sampling import (
     GREEDY_HEAD,
@@ -27,6 +25,9 @@ from mlx_speech.families.moss_nano.sampling import (
     draw_uniforms,
 )
 from mlx_speech.families.moss_nano.service import TEXT_HEAD
+from mlx_speech.host_engine import frame_step as host_step_module
+from mlx_speech.host_engine.frame_step import HostStep
+from tests.tts.support.host_engine import host_step_for
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
@@ -48,7 +49,7 @@ def stopping(stopping_dir):
 
 @pytest.fixture(scope="module")
 def host(model) -> HostStep:
-    found = host_step(model)
+    found = host_step_for(model)
     assert found is not None, "the host step should pass its check on MLX's own BLAS"
     return found
 
@@ -74,7 +75,7 @@ def _codes(
 ) -> list[list[int]]:
     sampling = _sampling(text, audio, frames)
     found = loop_frames(
-        model, _prompt(model, words), sampling, KeySequence(seed), host=host
+        model, _prompt(model, words), sampling, KeySequence(seed), stepper=host
     )
     return [frame.tolist() for frame in found]
 
@@ -91,7 +92,7 @@ def test_lone_codes_equal_mlxs(model, host, text, audio):
 
 
 def test_stop_frame_is_unchanged(stopping):
-    host = host_step(stopping)
+    host = host_step_for(stopping)
     theirs = _codes(stopping, None, TEXT_HEAD, SAMPLED, 200, seed=2)
     assert 0 < len(theirs) < 200
     ours = _codes(stopping, host, TEXT_HEAD, SAMPLED, 200, seed=2)
@@ -144,7 +145,7 @@ def _codes_in_company(model, host, rounds: int = 24) -> list[list[list[int]]]:
             if spec[-1] <= round_ and not job.done
         ]
         if group:
-            step(model, group, host)
+            (host or MlxFrameStep(model)).step(group)
         for job, own in zip(jobs, codes, strict=True):
             if job in group and job.frame is not None:
                 own.append(job.frame.tolist())
@@ -157,7 +158,7 @@ def _stepped_together(model, jobs, host) -> list[list[list[int]]]:
     codes: list[list[list[int]]] = [[] for _ in jobs]
     while not all(job.done for job in jobs):
         live = [job for job in jobs if not job.done]
-        step(model, live, host)
+        (host or MlxFrameStep(model)).step(live)
         for job, own in zip(jobs, codes, strict=True):
             if job in live and job.frame is not None:
                 own.append(job.frame.tolist())
@@ -222,7 +223,7 @@ def test_stacking_is_off_where_stacked_rows_would_change_numbers(host, changed_p
     """The load check compares stacked prompts with each alone: a product
     whose rows change once more than ``changed_past`` share it turns
     stacking off, on the tiny model's shapes too."""
-    from mlx_speech.families.moss_nano.host_kernels import stacking_holds
+    from mlx_speech.host_engine.kernels import stacking_holds
 
     kernels = host._kernels
 
@@ -287,7 +288,7 @@ def test_products_shared_with_a_busy_core_are_whole_and_the_same(host):
 
 def test_jobs_that_stop_beside_others(stopping):
     """Sampling jobs stepped together until each stops by itself."""
-    host = host_step(stopping)
+    host = host_step_for(stopping)
     jobs = [
         FrameJob(
             stopping,
@@ -309,7 +310,7 @@ def test_jobs_that_stop_beside_others(stopping):
 
 def test_reference_mode_takes_mlxs_products(model, monkeypatch):
     monkeypatch.setenv("MLX_SPEECH_EXACT", "1")
-    exact = host_step(model)
+    exact = host_step_for(model)
     assert exact is not None and not exact.own_for_sampling
     theirs = _codes(model, None, TEXT_HEAD, SAMPLED, 12)
     assert _codes(model, exact, TEXT_HEAD, SAMPLED, 12) == theirs
@@ -323,10 +324,10 @@ def test_sampling_takes_mlxs_numbers_where_the_lone_order_holds_everywhere(
     seeded sampled request takes MLX's numbers (its codes MLX's), and the
     local transformer has its panels; where any did not, the library's own
     products, and no panels."""
-    from mlx_speech.families.moss_nano import host_step as module
+    from mlx_speech.host_engine import frame_step as module
 
     monkeypatch.setattr(module, "trust_lone_shapes", lambda *arguments: everywhere)
-    host = host_step(model)
+    host = host_step_for(model)
     assert host is not None and host.own_for_sampling is not everywhere
     # the local transformer's panels: made only where its products chain
     panels = host._global.panel_bytes + host._local.panel_bytes
@@ -399,7 +400,7 @@ def test_host_uniforms_and_keys_are_mlxs(host):
 def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypatch, broken):
     """One product a ulp off, one draw a token off, or one uniform a ulp
     off: frames stay in MLX."""
-    from mlx_speech.families.moss_nano.host_kernels import Kernels
+    from mlx_speech.host_engine.kernels import Kernels
 
     honest = getattr(Kernels, broken)
 
@@ -410,14 +411,14 @@ def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypat
         return np.nextafter(result, np.float32(np.inf))
 
     monkeypatch.setattr(Kernels, broken, off)
-    assert host_step(model) is None
+    assert host_step_for(model) is None
 
 
 _FORKED_PRODUCT = """
 import ctypes, os, numpy as np
-from mlx_speech.blas import mlx_blas
-from mlx_speech.families.moss_nano.exact_activations import exact_activations
-from mlx_speech.families.moss_nano.host_kernels import Kernels
+from mlx_speech.host_engine.blas import mlx_blas
+from mlx_speech.host_engine.library import exact_activations
+from mlx_speech.host_engine.kernels import Kernels
 kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
 x, w = np.ones((2, 768), np.float32), np.ones((1024, 768), np.float32)
 before = kernels.products(x, w, own=True)  # the helper thread is running

@@ -35,12 +35,13 @@ def _clip(seconds: float, rate: int = 16000, channels: int = 1, fmt: str = "WAV"
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir, tmp_path_factory):
+def server(speaking_dir, nano_backend, tmp_path_factory):
     media = tmp_path_factory.mktemp("media")
     settings = ServerSettings(
         model=str(speaking_dir),
         voices_dir=tmp_path_factory.mktemp("hostile-voices"),
         allowed_local_media_path=media,
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         running.media = media

@@ -61,11 +61,12 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir, tmp_path_factory):
+def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
         model=str(speaking_dir),
         voices_dir=tmp_path_factory.mktemp("page-voices"),
         max_input_chars=MAX_INPUT_CHARS,
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         yield running

@@ -25,9 +25,11 @@ FRAME = 960  # samples per frame of the tiny codec at 48 kHz
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir, tmp_path_factory):
+def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
-        model=str(speaking_dir), voices_dir=tmp_path_factory.mktemp("server-voices")
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("server-voices"),
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         yield running

@@ -31,11 +31,12 @@ PATH = "/v1/audio/speech/stream"
 
 
 @pytest.fixture(scope="module")
-def server(speaking_dir, tmp_path_factory):
+def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
         model=str(speaking_dir),
         voices_dir=tmp_path_factory.mktemp("socket-voices"),
         socket_idle_timeout=1.5,
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         yield running

@@ -12,6 +12,7 @@ import pytest
 
 import mlx_speech
 from mlx_speech.engine import shared_engine
+from mlx_speech.host_engine.frame_step import HostStep
 from tests.tts.support.idle import wait_until_idle
 
 TEXT = "A longer text. With two sentences, and a third clause."
@@ -59,8 +60,8 @@ class _SlowGlobalStep:
         transformer = service._model.transformer
         self.inner = transformer.ln_f
         transformer.ln_f = self
-        host = service._batch._host
-        if host is not None:
+        host = service._batch._stepper
+        if isinstance(host, HostStep):
             for name in ("_global_prompts", "_global_rows"):
                 setattr(host, name, self._slowing(getattr(host, name)))
 
@@ -81,8 +82,10 @@ class _SlowGlobalStep:
         return out
 
 
-def test_first_chunk_is_one_frame_and_arrives_before_the_second_frame(speaking_dir):
-    tts = mlx_speech.load(speaking_dir)
+def test_first_chunk_is_one_frame_and_arrives_before_the_second_frame(
+    speaking_dir, nano_backend
+):
+    tts = mlx_speech.load(speaking_dir, backend=nano_backend)
     tts.speak("Hi.", max_new_tokens=1)  # the shared prompt prefix is now cached
     slow = _SlowGlobalStep(tts._service)
     stream = tts.stream("Hello there.", temperature=0, max_new_tokens=5)
@@ -114,8 +117,8 @@ def test_consecutive_requests_do_not_share_state(speaking_tts, reference_clip):
     np.testing.assert_array_equal(first, again)
 
 
-def test_cancel_stops_generation_within_one_frame(speaking_dir):
-    tts = mlx_speech.load(speaking_dir)
+def test_cancel_stops_generation_within_one_frame(speaking_dir, nano_backend):
+    tts = mlx_speech.load(speaking_dir, backend=nano_backend)
     slow = _SlowGlobalStep(tts._service)
     stream = tts.stream("Hello there.", temperature=0, max_new_tokens=4000)
     next(stream)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_speech import blas
+from mlx_speech.host_engine import blas
 from mlx_speech.families.chunk_schedule import ChunkSchedule
 
 

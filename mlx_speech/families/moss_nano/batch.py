@@ -19,16 +19,12 @@ never wait. Which frames make a chunk is unchanged: only when it is decoded.
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx_audio.codec import MossAudioTokenizer
-from mlx_audio.tts.models.moss_tts_nano import Model
 
 from ...engine.batching import DeferredOutput
 from ..chunks import finite_audio
-from .codec import DecoderState, decode_together, with_channels
-from .codec_math import CodecMath
-from .host_codec import HostDecoder, HostDecoderState
-from .host_step import HostStep
-from .loop import FrameJob, step
+from .accelerator import CodecDecoder, FrameStep
+from .codec import with_channels
+from .loop import FrameJob
 
 # Measured on the full-size codec's host decoder (OpenBLAS, 2 cores), 8 requests
 # apart → together: 1 frame each 58 → 20 ms, 4 each 106 → 64, 12 each 282 → 236.
@@ -38,9 +34,8 @@ FRAMES_PER_ROUND = 2 * FRAMES_PER_DECODE
 
 
 class FrameBatch:
-    def __init__(self, model: Model, host: HostStep | None = None):
-        self._model = model
-        self._host = host
+    def __init__(self, stepper: FrameStep):
+        self._stepper = stepper
         self._waiting: list[FrameJob] = []
 
     def submit(self, job: FrameJob) -> None:
@@ -51,7 +46,7 @@ class FrameBatch:
         sizes = []
         for group in _groups(waiting, max_batch):
             try:
-                step(self._model, group, self._host)
+                self._stepper.step(group)
             except Exception as error:  # noqa: BLE001 - each job's reader gets it
                 for job in group:
                     job.failure = error
@@ -60,30 +55,18 @@ class FrameBatch:
 
 
 class CodecBatch:
-    """Decodes on the host (``host_codec``) where that applies, else through
-    MLX; the same numbers either way."""
+    """Decodes through ``decoder``: MLX's (``codec.MlxDecoder``) or an
+    accelerator's."""
 
-    def __init__(
-        self,
-        codec: MossAudioTokenizer,
-        n_vq: int,
-        numerics: CodecMath,
-        host: HostDecoder | None = None,
-    ):
-        self._codec = codec
+    def __init__(self, decoder: CodecDecoder, n_vq: int, sample_rate: int):
+        self._decoder = decoder
         self._n_vq = n_vq
-        self._numerics = numerics
-        self._host = host
-        self._sample_rate = int(codec.sample_rate)
-        self._waiting: list[
-            tuple[DecoderState | HostDecoderState, list[mx.array], DeferredOutput]
-        ] = []
+        self._sample_rate = sample_rate
+        self._waiting: list[tuple[object, list[mx.array], DeferredOutput]] = []
 
-    def state(self, channels: int = 1) -> DecoderState | HostDecoderState:
+    def state(self, channels: int = 1):
         """A new request's place in the decoder."""
-        if self._host is not None:
-            return self._host.state(channels)
-        return DecoderState(self._codec, channels)
+        return self._decoder.state(channels)
 
     def warm_up(self, requests: int) -> None:
         """Decodes a first frame alone and ``requests`` of them together (as
@@ -91,24 +74,14 @@ class CodecBatch:
         the decoder's kernels."""
         frame = mx.zeros((self._n_vq,), dtype=mx.int32)
         for count in sorted({1, requests}):
-            self._decoded([(self.state(), [frame]) for _ in range(count)])
-
-    def _decoded(self, work: list) -> list:
-        """Each request's audio (evaluated), ``[samples, codec channels]``."""
-        if self._host is not None:
-            return self._host.decode_together(work)
-        audio = decode_together(self._codec, self._n_vq, work, self._numerics)
-        mx.eval(audio)
-        return audio
+            self._decoder.decode_together([(self.state(), [frame]) for _ in range(count)])
 
     def has_room(self, frames: int) -> bool:
         """Whether a chunk of ``frames`` fits this round's decoding."""
         waiting = sum(len(item[1]) for item in self._waiting)
         return waiting + frames <= FRAMES_PER_ROUND
 
-    def decode(
-        self, state: DecoderState | HostDecoderState, frames: list[mx.array]
-    ) -> DeferredOutput:
+    def decode(self, state, frames: list[mx.array]) -> DeferredOutput:
         """The ``Audio`` of ``frames``, once flushed."""
         chunk = DeferredOutput(self)
         self._waiting.append((state, frames, chunk))
@@ -122,7 +95,9 @@ class CodecBatch:
         self._waiting = []
         for group in _decode_groups(waiting, max_batch):
             try:
-                audio = self._decoded([(state, frames) for state, frames, _ in group])
+                audio = self._decoder.decode_together(
+                    [(state, frames) for state, frames, _ in group]
+                )
             except Exception as error:  # noqa: BLE001 - each request's reader gets it
                 for *_, chunk in group:
                     chunk.fail(error)

@@ -13,8 +13,7 @@ compiler is found, MLX runs the same operations unfused.
 A block is passed as its module: MLX hands the compiled function its
 parameters as nested dicts.
 
-A quantized layer (``--quantize``) takes MLX's quantized product. (With
-float weights on Linux, frames run outside MLX: ``host_step``.)
+A quantized layer (``--quantize``) takes MLX's quantized product.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new, rotate_half
 
-from .exact_activations import host
+from .accelerator import MLX_OPS, ArrayOps
 from .halves import in_halves
 
 Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows, heads, dim]
@@ -190,17 +189,12 @@ def _quantized_linear(layer, x: mx.array) -> mx.array:
     return out + layer["bias"] if "bias" in layer else out
 
 
-def activate_rows(x: mx.array, name: str) -> mx.array:
-    """The activation of a prompt's rows, outside a compiled step: the C
-    library's ``gelu_new`` where it passed its check (``exact_activations``),
-    else MLX's with each half of the features on its own CPU thread. Either
-    way the numbers are MLX's."""
-    gelu = _host_activation(x, name)
+def activate_rows(x: mx.array, name: str, ops: ArrayOps = MLX_OPS) -> mx.array:
+    """The activation of a prompt's rows, outside a compiled step: ``ops``'
+    ``gelu_tanh`` where it applies, else MLX's with each half of the features
+    on its own CPU thread. Either way the numbers are MLX's."""
+    gelu = ops.takes("gelu_tanh", x) if name == "gelu_new" else None
     return gelu(x) if gelu is not None else in_halves(partial(_activate, name=name), -1, x)
-
-
-def _host_activation(x: mx.array, name: str) -> Callable[[mx.array], mx.array] | None:
-    return host("gelu_tanh", x) if name == "gelu_new" else None
 
 
 def _activate(x: mx.array, name: str) -> mx.array:

@@ -10,8 +10,6 @@ import mlx.core as mx
 from ...engine.batching import DeferredOutput
 from ..chunk_schedule import ChunkSchedule
 from .batch import CodecBatch
-from .codec import DecoderState
-from .host_codec import HostDecoderState
 
 
 class ChunkRelease:
@@ -20,7 +18,8 @@ class ChunkRelease:
     this round's decoding has room for it, or it is the first, or the next
     chunk is complete too (so a chunk waits at most one chunk's frames)."""
 
-    def __init__(self, decodes: CodecBatch, decoder: DecoderState | HostDecoderState):
+    def __init__(self, decodes: CodecBatch, decoder):
+        """``decoder``: the request's place in ``decodes``' decoder."""
         self._decodes = decodes
         self._decoder = decoder
         self._schedule = ChunkSchedule()

@@ -53,6 +53,25 @@ class DecoderState:
         ]
 
 
+class MlxDecoder:
+    """The decoder through MLX (what every platform runs; an accelerator's
+    ``CodecDecoder`` stands in for it where it applies), with the GELU and
+    attention of ``numerics``."""
+
+    def __init__(self, codec: MossAudioTokenizer, n_vq: int, numerics: CodecMath = EXACT):
+        self._codec = codec
+        self._n_vq = n_vq
+        self._numerics = numerics
+
+    def state(self, channels: int = 1) -> DecoderState:
+        return DecoderState(self._codec, channels)
+
+    def decode_together(self, work: list[tuple[DecoderState, list[mx.array]]]) -> list:
+        audio = decode_together(self._codec, self._n_vq, work, self._numerics)
+        mx.eval(audio)
+        return audio
+
+
 def decode_together(
     codec: MossAudioTokenizer,
     n_vq: int,
@@ -80,15 +99,18 @@ def decode_together(
     return [audio[start:end] for start, end in _spans(lengths)]
 
 
-def encode(codec: MossAudioTokenizer, samples: np.ndarray, n_vq: int) -> np.ndarray:
+def encode(
+    codec: MossAudioTokenizer, samples: np.ndarray, n_vq: int, numerics: CodecMath = EXACT
+) -> np.ndarray:
     """A clip (``[samples, channels]`` at the codec rate) → its codes,
-    ``[frames, n_vq]``, as mlx-audio's ``encode_audio`` computes them."""
+    ``[frames, n_vq]``, as mlx-audio's ``encode_audio`` computes them
+    (``numerics``: exact ones, MLX's own or an accelerator's)."""
     waveform = codec._load_audio_array(samples, sample_rate=codec.sample_rate)
     values, lengths = codec._prepare_waveform_batch([mx.array(waveform.T.copy())])
     hidden, lengths = codec._flatten_channels_for_codec(values, lengths)
     for stage in codec.encoder:
         if isinstance(stage, ProjectedTransformer):
-            hidden = _transformer_whole(stage, hidden, lengths)
+            hidden = _transformer_whole(stage, hidden, lengths, numerics)
         else:
             hidden, lengths = stage(hidden, lengths)
     _, codes, code_lengths = codec.quantizer(hidden.astype(mx.float32), lengths, n_vq)
@@ -176,7 +198,7 @@ def _feed_forward(layer: TransformerLayer, x: mx.array, numerics: CodecMath) -> 
 
 
 def _transformer_whole(
-    stage: ProjectedTransformer, hidden: mx.array, lengths: mx.array
+    stage: ProjectedTransformer, hidden: mx.array, lengths: mx.array, numerics: CodecMath
 ) -> mx.array:
     """``stage(hidden, lengths)`` over a whole clip (``[1, channels, steps]``).
     Its layers share one attention mask (mlx-audio builds the same one per
@@ -193,20 +215,24 @@ def _transformer_whole(
     for layer in transformer.layers:
         attention = layer.self_attn
         qkv = attention.in_proj(layer.norm1(x))
-        attended = _attend_whole(attention, qkv, mask, padding)
+        attended = _attend_whole(attention, qkv, mask, padding, numerics)
         x = x + layer.layer_scale_1(attention.out_proj(attended))
-        x = _feed_forward(layer, x, EXACT)
+        x = _feed_forward(layer, x, numerics)
     return stage.output_proj(x).transpose(0, 2, 1)
 
 
 def _attend_whole(
-    attention: MultiheadAttention, qkv: mx.array, mask: mx.array, padding: mx.array
+    attention: MultiheadAttention,
+    qkv: mx.array,
+    mask: mx.array,
+    padding: mx.array,
+    numerics: CodecMath,
 ) -> mx.array:
     """Attention over a whole clip (``qkv``: ``[1, steps, 3 * width]``);
     padding rows come out as zeros, as in mlx-audio."""
     queries, keys, values = _heads(attention, qkv, offset=0)
     scale = attention.head_dim**-0.5
-    out = EXACT.attention(queries, keys, values, scale, mask)
+    out = numerics.attention(queries, keys, values, scale, mask)
     return _merged(mx.where(padding, mx.zeros((), dtype=out.dtype), out))
 
 

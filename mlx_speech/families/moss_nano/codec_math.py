@@ -4,12 +4,8 @@ bound.
 
 MLX's CPU backend computes ``erf`` (in the exact GELU) and ``exp`` (in the
 attention softmax) one element at a time, through scalar ``fma`` calls, and
-they take most of a decode. Where ``exact_activations``' C library passed its
-checks, both modes take the exact GELU and the exact softmax from it (the same
-numbers, vectorized, faster than any approximation); there the fast mode
-differs only in the host decoder's attention (``host_codec``). Otherwise the
-fast mode writes them from plain multiplies and adds, compiled by MLX into
-fused loops:
+they take most of a decode. The fast mode writes them from plain multiplies
+and adds, compiled by MLX into fused loops:
 
 - ``erf(x) ≈ x · P(x²) / Q(x²)`` on ``[-4, 4]`` (outside it ``erf`` is ±1 to
   float precision), our least-squares fit in float64; in float32 it is within
@@ -17,6 +13,11 @@ fused loops:
 - ``exp(x) = 2^k · exp(r)`` with ``k`` the nearest integer to ``x / ln 2``, so
   ``|r| ≤ ln 2 / 2``, where a degree-7 Taylor polynomial is within 1e-7
   (relative); ``2^k`` is built from its float bits.
+
+The fast mode is the default on MLX's CPU backend only; on a GPU the exact
+functions are (``fast_by_default``). Where an accelerator's ``ArrayOps``
+give the exact GELU or attention (MLX's numbers, faster), both modes take
+them.
 
 ``bench/check_codec_math.py`` measures both, and the audio of a whole decode
 against the exact one (``docs/speech.md``, "Speed", states the bound;
@@ -38,7 +39,7 @@ from functools import partial
 import mlx.core as mx
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import _exact_gelu
 
-from .exact_activations import host, scaled_dot_product_attention
+from .accelerator import MLX_OPS, ArrayOps
 from .halves import in_halves
 
 EXACT_VARIABLE = "MLX_SPEECH_EXACT"
@@ -85,23 +86,33 @@ class CodecMath:
     attention: Attention  # (queries, keys, values, scale, additive mask or None)
 
 
-def exact_attention(queries, keys, values, scale, mask):
-    """mlx-audio's attention: with the C library's softmax where it passed its
-    check (``exact_activations``), else MLX's, half of the heads on each
-    thread."""
-    if host("softmax", queries) is not None:
-        return scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
-    attend = partial(_mlx_attention, scale=scale, mask=mask)
-    return in_halves(attend, 1, queries, keys, values)
+def fast_by_default() -> bool:
+    """Whether decoding takes the fast mode unless asked otherwise: on MLX's
+    CPU backend, where ``erf`` and ``exp`` run element by element, and not
+    with ``MLX_SPEECH_EXACT``. A GPU computes them in its own kernels."""
+    return not exact_asked() and mx.default_device().type == mx.cpu
 
 
-def fast_attention(queries, keys, values, scale, mask):
-    """The exact attention where the C library computes it (faster than the
-    polynomial exp), else the polynomial exp's, in halves."""
-    if host("softmax", queries) is not None:
-        return scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
-    attend = partial(_fast_attention, scale=scale, mask=mask)
-    return in_halves(attend, 1, queries, keys, values)
+def codec_math(ops: ArrayOps = MLX_OPS, fast: bool = False) -> CodecMath:
+    """The exact functions, or the fast ones with ``fast``; either way
+    ``ops``' where they apply (MLX's numbers: faster than any approximation)."""
+
+    def gelu(x: mx.array) -> mx.array:
+        accelerated = ops.takes("gelu_erf", x)
+        if accelerated is not None:
+            return accelerated(x)
+        return in_halves(_rational_gelu if fast else _exact_gelu, -1, x)
+
+    def attention(queries, keys, values, scale, mask):
+        accelerated = ops.takes("attention", queries)
+        if accelerated is not None:
+            return accelerated(queries, keys, values, scale=scale, mask=mask)
+        attend = partial(
+            _fast_attention if fast else _mlx_attention, scale=scale, mask=mask
+        )
+        return in_halves(attend, 1, queries, keys, values)
+
+    return CodecMath(gelu=gelu, attention=attention)
 
 
 def _mlx_attention(queries, keys, values, *, scale, mask):
@@ -169,24 +180,5 @@ def _fast_attention(queries, keys, values, *, scale, mask):
     return blocks[0] if len(blocks) == 1 else mx.concatenate(blocks, axis=2)
 
 
-def exact_gelu(x: mx.array) -> mx.array:
-    """mlx-audio's GELU: the C library's (``exact_activations``) where it
-    passed its check, else MLX's, each half of the features on its own thread."""
-    gelu = host("gelu_erf", x)
-    return gelu(x) if gelu is not None else in_halves(_exact_gelu, -1, x)
-
-
-def fast_gelu(x: mx.array) -> mx.array:
-    """The exact GELU where the C library computes it (faster than the
-    rational erf), else the rational erf's, in halves."""
-    gelu = host("gelu_erf", x)
-    return gelu(x) if gelu is not None else in_halves(_rational_gelu, -1, x)
-
-
-EXACT = CodecMath(gelu=exact_gelu, attention=exact_attention)
-FAST = CodecMath(gelu=fast_gelu, attention=fast_attention)
-
-
-def codec_math() -> CodecMath:
-    """The mode ``MLX_SPEECH_EXACT`` asks for: exact, or fast by default."""
-    return EXACT if exact_asked() else FAST
+EXACT = codec_math(MLX_OPS, fast=False)  # MLX's own, mlx-audio's numbers
+FAST = codec_math(MLX_OPS, fast=True)

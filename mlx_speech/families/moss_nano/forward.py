@@ -17,6 +17,7 @@ from functools import partial
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import _causal_additive_mask
 
+from .accelerator import MLX_OPS, ArrayOps
 from .blocks import (
     activate_rows,
     attention_inputs,
@@ -26,7 +27,6 @@ from .blocks import (
     local_step_compiled,
     settings,
 )
-from .exact_activations import scaled_dot_product_attention as attention
 from .kv_cache import BlockKVCache
 
 
@@ -38,14 +38,15 @@ class BlockVariant:
     block_output: Callable
 
 
-def block_variant(single_rows: bool) -> BlockVariant:
+def block_variant(single_rows: bool, ops: ArrayOps) -> BlockVariant:
     """One row per job is the frame step: its row-wise parts run compiled
     (their shapes repeat every frame). Prompts of any length run uncompiled,
-    so they leave no compiled variants behind, and take the C library's
-    activation where they can (``activate_rows``)."""
+    so they leave no compiled variants behind, and take ``ops``' activation
+    where it applies (``activate_rows``)."""
     if single_rows:
         return BlockVariant(attention_inputs_compiled, block_output_compiled)
-    return BlockVariant(attention_inputs, partial(block_output, activate=activate_rows))
+    activate = partial(activate_rows, ops=ops)
+    return BlockVariant(attention_inputs, partial(block_output, activate=activate))
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,16 @@ def forward_rows(
     transformer,
     inputs: list[mx.array],
     caches: list[list[BlockKVCache]],
+    ops: ArrayOps = MLX_OPS,
 ) -> mx.array:
     """mlx-audio's GPT-2 forward for several jobs' new rows (``[1, rows,
-    width]`` each), laid end to end → each job's last hidden state."""
+    width]`` each), laid end to end → each job's last hidden state (a
+    prompt's GELU and attention from ``ops`` where they apply)."""
     spans = Spans.of(inputs, caches)
     x = mx.concatenate(inputs, axis=1)
     if transformer.wpe is not None:
         x = x + transformer.wpe(spans.positions())
-    variant = block_variant(spans.single_rows)
+    variant = block_variant(spans.single_rows, ops)
     rotary = transformer.h[0].attn.rotary_emb
     rotation = None if rotary is None else rotation_at(rotary, spans.positions(mx.float32))
     masks = spans.masks(x.dtype)
@@ -116,6 +119,7 @@ def forward_rows(
             keys,
             values,
             scale=shape.scale,
+            ops=ops,
         )
         x = variant.block_output(block, x, attended, shape.eps, shape.activation)
     return transformer.ln_f(x[0, mx.array([end - 1 for _, end in spans.bounds])])
@@ -130,10 +134,13 @@ def _attend_spans(
     values: mx.array,
     *,
     scale: float,
+    ops: ArrayOps,
 ) -> mx.array:
     """Each job's rows attending over its own cache, joined back in order."""
     if len(caches) == 1:  # a lone job: no slicing and joining
-        return _attend(caches[0], queries, keys, values, scale=scale, mask=masks[0])
+        return _attend(
+            caches[0], queries, keys, values, scale=scale, mask=masks[0], ops=ops
+        )
     return mx.concatenate(
         [
             _attend(
@@ -141,6 +148,7 @@ def _attend_spans(
                 *(part[:, start:end] for part in (queries, keys, values)),
                 scale=scale,
                 mask=mask,
+                ops=ops,
             )
             for (start, end), cache, mask in zip(spans.bounds, caches, masks, strict=True)
         ],
@@ -156,15 +164,17 @@ def _attend(
     *,
     scale: float,
     mask: mx.array | None,
+    ops: ArrayOps,
 ) -> mx.array:
     """One job's rows (``[1, rows, heads, head_dim]``) attending over its
     cache, which they join → ``[1, rows, width]``."""
     history_keys, history_values = cache.update_and_fetch(
         keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
     )
-    # A prompt's rows (masked) take the C library's softmax where it can; a
+    # A prompt's rows (masked) take ``ops``' attention where it applies; a
     # frame's one row keeps MLX's (leaving the graph would cost it a wait).
-    attend = mx.fast.scaled_dot_product_attention if mask is None else attention
+    accelerated = None if mask is None else ops.takes("attention", queries)
+    attend = accelerated or mx.fast.scaled_dot_product_attention
     attended = attend(
         queries.transpose(0, 2, 1, 3), history_keys, history_values, scale=scale, mask=mask
     )

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano import Model
 
+from .accelerator import MLX_OPS, ArrayOps, FrameStep
 from .blocks import linear
 from .forward import LocalPass, forward_rows
-from .host_step import HostStep
 from .kv_cache import BlockKVCache, block_caches
 from .sampling import (
     HeadSampler,
@@ -98,28 +98,46 @@ class FrameJob:
         self.frame: mx.array | None = None
         self.stopped = False
         self.failure: BaseException | None = None  # set when its batch failed
-        self.host = None  # once stepped on the host (``host_step``)
 
     @property
     def done(self) -> bool:
         return self.stopped or self.frames_done >= self.sampling.max_frames
 
-    def finish_frame(self, frame: mx.array, next_input: mx.array) -> None:
+    def record_frame(self, frame: mx.array) -> None:
+        """The frame's codes (``[n_vq]``): where every frame step counts them."""
         self.frame = frame
         self.frames_done += 1
+
+    def finish_frame(self, frame: mx.array, next_input: mx.array) -> None:
+        self.record_frame(frame)
         self.history.add(frame)
         self.inputs = next_input
 
+    def hand_over(self) -> tuple[mx.array, list[BlockKVCache], mx.array]:
+        """For a frame step that keeps a job's state its own way: its next
+        input rows, caches and seen codes; it drops the rows and caches."""
+        taken = (self.inputs, self.cache, self.history.seen)
+        self.inputs = self.cache = None
+        return taken
 
-def step(model: Model, jobs: list[FrameJob], host: HostStep | None = None) -> None:
-    """One frame for each job (none of them done), on the host through
-    ``host`` when given, prompts included."""
-    if host is not None:
-        host.step(jobs)
-        return
+
+class MlxFrameStep:
+    """The frame step through MLX, prompts included (what every platform
+    runs; an accelerator's ``FrameStep`` stands in for it where it applies);
+    a prompt's GELU and attention from ``ops`` where they apply."""
+
+    def __init__(self, model: Model, ops: ArrayOps = MLX_OPS):
+        self._model = model
+        self._ops = ops
+
+    def step(self, jobs: list[FrameJob]) -> None:
+        _mlx_step(self._model, jobs, self._ops)
+
+
+def _mlx_step(model: Model, jobs: list[FrameJob], ops: ArrayOps) -> None:
     config = model.config
     slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
-    hidden = _global_hidden(model, jobs)
+    hidden = _global_hidden(model, jobs, ops)
     local = LocalPass(model.local_transformer, positions=config.n_vq + 1)
     going = _text_head_continues(model, jobs, local(hidden))
     for index, job in enumerate(jobs):
@@ -153,7 +171,7 @@ def step(model: Model, jobs: list[FrameJob], host: HostStep | None = None) -> No
             job.finish_frame(frames[index], next_inputs[index : index + 1])
 
 
-def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
+def _global_hidden(model: Model, jobs: list[FrameJob], ops: ArrayOps) -> mx.array:
     """The global transformer's last hidden state per job, ``[jobs, width]``.
 
     Jobs on their next frame (one row each) run in one forward; jobs still on
@@ -168,7 +186,7 @@ def _global_hidden(model: Model, jobs: list[FrameJob]) -> mx.array:
             continue
         inputs = [jobs[index].inputs for index in group]
         caches = [jobs[index].cache for index in group]
-        last = forward_rows(model.transformer, inputs, caches)
+        last = forward_rows(model.transformer, inputs, caches, ops)
         for position, index in enumerate(group):
             hidden[index] = last[position]
     return mx.stack(hidden)
@@ -193,13 +211,14 @@ def frames(
     sampling: FrameSampling,
     keys: KeySequence,
     cache: list[BlockKVCache] | None = None,
-    host: HostStep | None = None,
+    stepper: FrameStep | None = None,
 ) -> Iterator[mx.array]:
     """One request alone: yield one frame of codes, ``[n_vq]``, per step until
-    the model stops (on the host through ``host`` when given)."""
+    the model stops (through ``stepper``, by default MLX's)."""
+    stepper = stepper or MlxFrameStep(model)
     job = FrameJob(model, prompt, sampling, keys, cache)
     while not job.done:
-        step(model, [job], host)
+        stepper.step([job])
         if job.stopped:
             return
         yield job.frame
@@ -208,12 +227,12 @@ def frames(
 def warm_up(
     model: Model,
     sampling: FrameSampling,
-    host: HostStep | None = None,
+    stepper: FrameStep,
     max_batch: int = 2,
 ) -> None:
     """Steps a short prompt alone, then ``max_batch`` prompts together and
     every group size up to ``max_batch``, with ``sampling`` (the requests'
-    default) and ``host`` (as the requests will be). Through MLX, its
+    default) through ``stepper`` (as the requests will be). Through MLX, its
     compiled parts are traced again for every new shape, and the first use
     of one on a machine builds its kernels (seconds, once; MLX keeps them on
     disk); one job alone and several together use different ones. Done at
@@ -227,5 +246,5 @@ def warm_up(
     for group in groups:
         live = [job for job in group if not job.done]
         if live:
-            step(model, live, host)
+            stepper.step(live)
     mx.eval([job.frame for job in jobs if job.frame is not None])

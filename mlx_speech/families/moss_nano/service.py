@@ -4,6 +4,7 @@ and synthesis (worker thread)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,19 +35,19 @@ from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..reference_audio import load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
+from .accelerator import MLX_OPS, Accelerator, ArrayOps, CodecDecoder, FrameStep
 from .batch import CodecBatch, FrameBatch
 from .chunk_release import ChunkRelease
-from .codec import encode, samples_per_frame
-from .codec_math import CodecMath, codec_math, exact_asked
+from .codec import MlxDecoder, encode, samples_per_frame
+from .codec_math import codec_math, fast_by_default
 from .forward import forward_rows
-from .host_codec import HostDecoder, host_decoder
-from .host_step import HostStep, host_step
 from .kv_cache import BlockKVCache, block_caches, restore, snapshot, snapshot_bytes
-from .loop import FrameJob, FrameSampling, embed_rows, warm_up
+from .loop import FrameJob, FrameSampling, MlxFrameStep, embed_rows, warm_up
 from .quantize import quantize_transformers
 from .sampling import GREEDY_HEAD, HeadSampler, KeySequence
 
 FAMILY = "moss_tts_nano"
+log = logging.getLogger("mlx_speech.engine")
 
 # mlx-audio 0.6.2's defaults for this family.
 DEFAULTS = SamplingOptions(
@@ -91,14 +92,14 @@ class MossNanoService(SpeechService):
         model: Model,
         codec: MossAudioTokenizer,
         codec_id: str,
-        host: HostStep | None,
-        numerics: CodecMath,
-        host_codec: HostDecoder | None = None,
+        parts: NanoParts,
     ):
         self._model = model
         self._codec = codec
-        self._batch = FrameBatch(model, host)
-        self._decodes = CodecBatch(codec, model.config.n_vq, numerics, host_codec)
+        self._ops = parts.ops
+        self._batch = FrameBatch(parts.stepper)
+        self._decodes = CodecBatch(parts.decoder, model.config.n_vq, int(codec.sample_rate))
+        self.backend = parts.backend
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes
         self._prefixes = ByteBoundedLRU()  # codes key → KV state of the prompt prefix
@@ -216,7 +217,8 @@ class MossNanoService(SpeechService):
     def _reference_codes(self, reference: Reference) -> np.ndarray:
         if reference.codes is not None:
             return reference.codes
-        codes = encode(self._codec, reference.samples, self._model.config.n_vq)
+        exact = codec_math(self._ops, fast=False)
+        codes = encode(self._codec, reference.samples, self._model.config.n_vq, exact)
         self._encodes += 1
         self._references.put(reference.key, codes, codes.nbytes)
         if reference.saved is not None:
@@ -263,6 +265,7 @@ class MossNanoService(SpeechService):
                 self._model.transformer,
                 [embed_rows(self._model, prompt[:, :split])],
                 [cache],
+                self._ops,
             )
             taken = snapshot(cache)
             self._prefixes.put(key, taken, snapshot_bytes(taken))
@@ -279,10 +282,52 @@ def _frame_sampling(options: SamplingOptions) -> FrameSampling:
     )
 
 
+@dataclass(frozen=True)
+class NanoParts:
+    """What runs a loaded model's frames and decoding: MLX's parts, or an
+    accelerator's where it offers them. ``backend``: the accelerator's name
+    if any of its parts runs, else "mlx"."""
+
+    stepper: FrameStep
+    decoder: CodecDecoder
+    ops: ArrayOps
+    backend: str
+
+
+def nano_parts(
+    model: Model, codec: MossAudioTokenizer, accelerator: Accelerator | None
+) -> NanoParts:
+    """Worker thread: each part from ``accelerator`` where it applies (its
+    load checks run here), else MLX's; the log says which."""
+    n_vq, fast = model.config.n_vq, fast_by_default()
+    ops = accelerator.array_ops() if accelerator is not None else MLX_OPS
+    stepper = accelerator.frame_step(model) if accelerator is not None else None
+    decoder = accelerator.codec_decoder(codec, n_vq, fast) if accelerator else None
+    taken = [
+        name
+        for name, part in (("frame step", stepper), ("codec decoder", decoder))
+        if part is not None
+    ] + (["activations"] if ops != MLX_OPS else [])
+    backend = accelerator.name if accelerator is not None and taken else "mlx"
+    if accelerator is not None:
+        log.info(
+            "MOSS-TTS-Nano on the %s backend: %s from it, the rest through MLX",
+            backend,
+            ", ".join(taken) or "nothing",
+        )
+    return NanoParts(
+        stepper=stepper or MlxFrameStep(model, ops),
+        decoder=decoder or MlxDecoder(codec, n_vq, codec_math(ops, fast)),
+        ops=ops,
+        backend=backend,
+    )
+
+
 def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoService:
     """Worker thread: the model with mlx-audio's loader (its blocks quantized
-    when ``options.quantize`` asks), then its codec; then a warm-up of the
-    shapes ``options.max_batch`` requests will use."""
+    when ``options.quantize`` asks), then its codec; then its parts
+    (``nano_parts``: ``options.accelerator``'s where they apply) and a
+    warm-up of the shapes ``options.max_batch`` requests will use."""
     model = load_model(model_dir)
     if model.tokenizer is None:
         raise ModelLoadError(f"{model_dir} has no tokenizer.model")
@@ -297,10 +342,9 @@ def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> MossNanoServic
             f"fetching {fallback or 'the default codec'} failed ({error})"
         ) from error
     model.audio_tokenizer = codec
-    host = host_step(model)
-    decoder = host_decoder(codec, model.config.n_vq, fast=not exact_asked())
-    service = MossNanoService(model, codec, _codec_id(codec), host, codec_math(), decoder)
-    warm_up(model, _frame_sampling(DEFAULTS), host, options.max_batch)
+    parts = nano_parts(model, codec, options.accelerator)
+    service = MossNanoService(model, codec, _codec_id(codec), parts)
+    warm_up(model, _frame_sampling(DEFAULTS), parts.stepper, options.max_batch)
     service.warm_up_decodes(options.max_batch)
     service.warm_up_prompt_prefix()
     return service

@@ -1,8 +1,8 @@
 """The C library's entries for rows on host buffers, bound to the BLAS MLX
-calls (``exact_activations.c``): the block struct, the products, layer norm
+calls (``nano_kernels.c``): the block struct, the products, layer norm
 and the heads' draws; and the load checks that decide where the library's
-product orders may stand in for ``sgemm``. The frame step (``host_step``)
-and the codec decoder (``host_codec``) build on them.
+product orders may stand in for ``sgemm``. The frame step (``frame_step``)
+and the codec decoder (``codec_decoder``) build on them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ctypes
 import mlx.core as mx
 import numpy as np
 
-from .sampling import HeadSampler, _filtered_draw
+from ..families.moss_nano.sampling import HeadSampler, _filtered_draw
 
 POINTER = ctypes.c_void_p
 COUNT = ctypes.c_long

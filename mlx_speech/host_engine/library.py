@@ -1,17 +1,18 @@
-"""Nano's two GELUs and the softmax of its attention, the same numbers as
-MLX's, from a small C library.
+"""The host engine's C library (``nano_kernels.c``): built, loaded, and its
+activations checked against MLX's.
 
 MLX's CPU backend on Linux computes ``tanh`` and ``pow`` one element at a time
 through the C library, and ``erf`` and ``exp`` from its own formulas through
 scalar ``fma`` calls. The transformer's ``gelu_new`` (tanh, pow) is a fifth of
 a prompt's forward; the codec's exact GELU (erf) and its attention's softmax
-(exp) most of encoding a reference clip and of decoding. ``exact_activations.c``
+(exp) most of encoding a reference clip and of decoding. The library
 computes them number for number as MLX does, vectorized: measured here on
 8 × 3072 values, the GELU with erf takes 33 µs instead of 980, the one with
 tanh 125 instead of 655 (its cubes from a port of the ``powf`` glibc runs on
 x86-64 with FMA, checked on all 2^32 inputs by ``bench/check_cubes.py``;
 elsewhere ``powf`` itself); attention over 4 heads × 1216 × 1216 scores,
-composed with this softmax, 58 ms instead of 131.
+composed with this softmax, 58 ms instead of 131. The rest of the library
+(products, blocks, draws, the codec layer) is bound in ``kernels``.
 
 The library is compiled with the system's C compiler (``$CC``, else ``cc``)
 the first time it is needed on a machine and kept in the user's cache
@@ -19,8 +20,6 @@ directory. Before a function is used, its results on probes (every magnitude,
 both signs, zeros, infinities; rows of scores, partly masked; attention
 composed with it against MLX's) are compared bit for bit with MLX's; a
 function that differs anywhere (another C library, another MLX) is not used.
-Without a compiler, on other platforms or devices, or for arrays other than
-float32, MLX's own operations run, in halves on two CPU threads.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
 
 log = logging.getLogger("mlx_speech.engine")
 
-SOURCE = Path(__file__).with_name("exact_activations.c")
+SOURCE = Path(__file__).with_name("nano_kernels.c")
 FLAGS = (
     "-O3",
     "-march=native",
@@ -86,29 +85,28 @@ class ExactActivations:
             self.softmax = None
 
 
-def scaled_dot_product_attention(
-    queries: mx.array,
-    keys: mx.array,
-    values: mx.array,
-    *,
-    scale: float,
-    mask: mx.array | None = None,
-) -> mx.array:
+class Unavailable(Exception):
+    """Why the host engine cannot run here, in a few words."""
+
+
+def attention_with(softmax: HostFunction):
     """``mx.fast.scaled_dot_product_attention`` with an additive mask, number
-    for number. On the CPU, MLX composes it from the scaled queries, their
-    product with the keys, the mask, a softmax and the product with the
-    values; so does this, with the library's softmax where it passed its
-    check (on 4 heads × 1216 × 1216 scores: 58 ms instead of 131)."""
-    softmax = host("softmax", queries)
-    if (
-        softmax is None
-        or keys.shape[1] != queries.shape[1]
-        or (mask is not None and mask.dtype == mx.bool_)
-    ):
-        return mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=scale, mask=mask
-        )
-    return _composed_attention(softmax, queries, keys, values, scale, mask)
+    for number, with the library's ``softmax``. On the CPU, MLX composes it
+    from the scaled queries, their product with the keys, the mask, a softmax
+    and the product with the values; so does this (on 4 heads × 1216 × 1216
+    scores: 58 ms instead of 131). Shapes it does not compose (grouped
+    heads, boolean masks) take MLX's own."""
+
+    def attention(queries, keys, values, *, scale: float, mask=None) -> mx.array:
+        if keys.shape[1] != queries.shape[1] or (
+            mask is not None and mask.dtype == mx.bool_
+        ):
+            return mx.fast.scaled_dot_product_attention(
+                queries, keys, values, scale=scale, mask=mask
+            )
+        return _composed_attention(softmax, queries, keys, values, scale, mask)
+
+    return attention
 
 
 def _composed_attention(softmax, queries, keys, values, scale, mask) -> mx.array:
@@ -119,35 +117,32 @@ def _composed_attention(softmax, queries, keys, values, scale, mask) -> mx.array
 
 
 _lock = threading.Lock()
-_loaded: list[ExactActivations | None] = []
+_loaded: list[ExactActivations | Unavailable] = []
 
 
-def exact_activations() -> ExactActivations | None:
+def exact_activations() -> ExactActivations:
     """The checked library, built and loaded on first use (MLX's thread: the
-    check runs MLX); ``None`` where it cannot be."""
+    check runs MLX); raises ``Unavailable`` where it cannot be."""
     with _lock:
         if not _loaded:
-            _loaded.append(_load())
+            try:
+                _loaded.append(_load())
+            except Unavailable as reason:
+                _loaded.append(reason)
+        if isinstance(_loaded[0], Unavailable):
+            raise _loaded[0]
         return _loaded[0]
 
 
-def host(name: str, x: mx.array) -> HostFunction | None:
-    """The library's function ``name`` (an ``ExactActivations`` attribute)
-    for ``x``, if it was built and passed its check and ``x`` is float32."""
-    library = exact_activations()
-    if library is None or x.dtype != mx.float32:
-        return None
-    return getattr(library, name)
-
-
-def _load() -> ExactActivations | None:
-    if sys.platform != "linux" or mx.default_device() != mx.cpu:
-        return None
+def _load() -> ExactActivations:
+    if sys.platform != "linux":
+        raise Unavailable("it runs on Linux only")
+    if mx.default_device() != mx.cpu:
+        raise Unavailable("MLX runs on the GPU here")
     try:
         library = ctypes.CDLL(str(_built()))
     except (OSError, subprocess.SubprocessError) as error:
-        log.info("MLX's own activations in use (the C library is unavailable: %s)", error)
-        return None
+        raise Unavailable(f"its C library is unavailable: {error}") from error
     return ExactActivations(library)
 
 
@@ -160,7 +155,7 @@ def _built() -> Path:
     identity = hashlib.sha256(SOURCE.read_bytes())
     identity.update(" ".join((compiler, *FLAGS, platform.machine(), _cpu_flags())).encode())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlx-speech"
-    target = cache / f"exact_activations-{identity.hexdigest()[:16]}.so"
+    target = cache / f"nano_kernels-{identity.hexdigest()[:16]}.so"
     if target.exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ at Nano's full size, each with a little work between them. Through MLX, each
 piece is a graph evaluated on its own stream thread, and the waits between
 them cost about as much as the products. Here the whole frame runs on the
 worker thread: each block is one call into the C library
-(``exact_activations.c``: layer norm, rotation, attention and GELU as MLX
+(``nano_kernels.c``: layer norm, rotation, attention and GELU as MLX
 computes them), and each head's draw is in C too, with the uniforms MLX
 draws from the requests' keys (its Threefry hash, in C). A request's
 prompt runs all its rows through each product at once with sgemm's numbers,
@@ -39,7 +39,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -47,12 +47,18 @@ import mlx.core as mx
 import numpy as np
 from mlx_audio.tts.models.moss_tts_nano import Model
 
-from ...blas import mlx_blas
-from .codec_math import exact_asked
-from .exact_activations import exact_activations
-from .forward import LocalPass, forward_rows, rotation_at
-from .host_caches import HostJob, cache_addresses, copied_to_host, enter_host
-from .host_kernels import (
+from ..families.moss_nano.codec_math import exact_asked
+from ..families.moss_nano.forward import LocalPass, forward_rows, rotation_at
+from ..families.moss_nano.kv_cache import BlockKVCache, block_caches
+from ..families.moss_nano.sampling import (
+    HeadSampler,
+    KeySequence,
+    _filtered_draw,
+    draw_uniforms,
+    is_random,
+)
+from .caches import HostJob, cache_addresses, copied_to_host, entered
+from .kernels import (
     BLOCK_LAYERS,
     PANELLED_LAYERS,
     Block,
@@ -65,8 +71,7 @@ from .host_kernels import (
     trust_chained_shapes,
     trust_lone_shapes,
 )
-from .kv_cache import BlockKVCache, block_caches
-from .sampling import HeadSampler, KeySequence, _filtered_draw, draw_uniforms, is_random
+from .library import ExactActivations
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -186,6 +191,14 @@ class HostStep:
         )
         self._audio = [host_view(embedding.weight) for embedding in model.audio_embeddings]
         self._work = np.empty(0, dtype=np.float32)
+        self._jobs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _host_job(self, job) -> HostJob:
+        """The job's state here, taken over from MLX at its first step."""
+        host = self._jobs.get(job)
+        if host is None:
+            host = self._jobs[job] = entered(job, self._global.heads, self._global.dim)
+        return host
 
     @property
     def held_bytes(self) -> int:
@@ -197,7 +210,7 @@ class HostStep:
 
     def step(self, jobs: list) -> None:
         """One frame for each of ``jobs`` (none of them done), their prompts
-        first for those on them (see ``enter_host``). Sampling jobs in the
+        first for those on them (see ``caches.entered``). Sampling jobs in the
         fast mode take the library's own products where the lone order does
         not hold for every product shape, the others MLX's; each kind has
         its rows stacked in every product."""
@@ -208,8 +221,7 @@ class HostStep:
                 self._step_group(group, kind)
 
     def _step_group(self, jobs: list, own: bool) -> None:
-        heads, dim = self._global.heads, self._global.dim
-        hosts = [enter_host(job, heads, dim) for job in jobs]
+        hosts = [self._host_job(job) for job in jobs]
         hidden = np.empty((len(jobs), self._global.width), np.float32)
         single = [index for index, host in enumerate(hosts) if len(host.rows) == 1]
         prompts = [index for index, host in enumerate(hosts) if len(host.rows) > 1]
@@ -265,8 +277,7 @@ class HostStep:
         for table, code in zip(self._audio, codes, strict=True):
             row = row + table[code]
         host.rows = row[None]
-        job.frame = mx.array(codes, dtype=mx.int32)
-        job.frames_done += 1
+        job.record_frame(mx.array(codes, dtype=mx.int32))
 
     def _prompt_groups(self, hosts: list[HostJob], prompts: list[int]) -> list[list[int]]:
         """The jobs on their prompts (``prompts``: indices into ``hosts``) in
@@ -487,16 +498,11 @@ def _uniforms_match(kernels: Kernels) -> bool:
     return True
 
 
-def host_step(model: Model, blas: str | None = None) -> HostStep | None:
-    """The host step for ``model`` with the BLAS library at ``blas`` (by
-    default the one MLX runs on), or ``None`` where it does not apply
-    (another platform or device, no C library, weights other than float32 or
-    quantized, another activation) or where it does not give MLX's numbers."""
-    if sys.platform != "linux" or mx.default_device() != mx.cpu:
-        return None
-    activations, blas = exact_activations(), blas or mlx_blas()
-    if activations is None or blas is None:
-        return None
+def host_step(model: Model, activations: ExactActivations, blas: str) -> HostStep | None:
+    """The host step for ``model`` with the library and the BLAS library at
+    ``blas``, or ``None`` where it does not apply (no checked GELU or
+    softmax, weights other than float32 or quantized, another activation)
+    or where it does not give MLX's numbers."""
     if activations.gelu_tanh is None or activations.softmax is None:
         return None
     blocks = [*model.transformer.h, *model.local_transformer.h]

@@ -10,7 +10,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from .kv_cache import BlockKVCache, in_blocks
+from ..families.moss_nano.kv_cache import BlockKVCache, in_blocks
 
 _PAGE = 4096
 _NO_HUGE_PAGES = 15  # madvise's MADV_NOHUGEPAGE (Linux)
@@ -40,15 +40,17 @@ class HostJob:
         self.caches = grown
 
 
-def enter_host(job, heads: int, dim: int) -> HostJob:
-    """The job's MLX state (its caches: ``heads`` of ``dim``) as host buffers."""
-    if job.host is None:
-        mx.eval(job.inputs, job.history.seen)
-        rows = np.array(job.inputs[0])
-        caches = copied_to_host(job.cache, heads, dim)
-        job.host = HostJob(caches, job.cache[0].offset, rows, np.array(job.history.seen))
-        job.inputs = job.cache = None
-    return job.host
+def entered(job, heads: int, dim: int) -> HostJob:
+    """A ``FrameJob``'s MLX state (its caches: ``heads`` of ``dim``) as host
+    buffers, taken over from it (``FrameJob.hand_over``)."""
+    inputs, cache, seen = job.hand_over()
+    mx.eval(inputs, seen)
+    return HostJob(
+        copied_to_host(cache, heads, dim),
+        cache[0].offset,
+        np.array(inputs[0]),
+        np.array(seen),
+    )
 
 
 def copied_to_host(caches: list[BlockKVCache], heads: int, dim: int):

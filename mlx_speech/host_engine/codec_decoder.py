@@ -6,7 +6,7 @@ every request (its attention's softmax comes from C). For a stream's first
 chunks, one frame or two, that overhead was most of the decode (one frame:
 12 ms, of which 2 ms are products). Here a pass is the quantizer's lookup in
 MLX (one graph, with the rotation tables), then each transformer layer one
-call into the C library (``codec_layer`` in ``exact_activations.c``) over
+call into the C library (``codec_layer`` in ``nano_kernels.c``) over
 all requests' steps, with each request attending over its own history kept
 in host buffers, and the patch reshapes in numpy. Every number is computed
 as MLX computes it (products through the sgemm MLX calls, MLX's layer norm,
@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
-import sys
 
 import mlx.core as mx
 import numpy as np
@@ -33,11 +32,10 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
     ProjectedTransformer,
 )
 
-from ...blas import mlx_blas
-from .codec import DecoderState, decode_together
-from .codec_math import EXACT
-from .exact_activations import exact_activations
-from .host_kernels import COUNT, POINTER, Kernels, host_view, trust_chained_shapes
+from ..families.moss_nano.codec import DecoderState, decode_together
+from ..families.moss_nano.codec_math import EXACT
+from .kernels import COUNT, POINTER, Kernels, host_view, trust_chained_shapes
+from .library import ExactActivations
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -345,18 +343,19 @@ def _unpatched(columns: np.ndarray, patch: int) -> np.ndarray:
     return columns.reshape(channels, patch, steps).transpose(0, 2, 1).reshape(channels, -1)
 
 
-def host_decoder(codec: MossAudioTokenizer, n_vq: int, fast: bool) -> HostDecoder | None:
-    """The host decoder for ``codec``, or ``None`` where it does not apply
-    (another platform or device, no C library or no checked GELU and
-    softmax from it, weights other than float32, another positional
-    embedding) or where it does not give MLX's numbers. ``fast``: with the
-    fast mode's attention, where its audio keeps within ``FAST_LARGEST_ERROR``
-    of the exact decoder's (else with the exact attention)."""
-    if sys.platform != "linux" or mx.default_device() != mx.cpu:
-        return None
-    activations, blas = exact_activations(), mlx_blas()
-    if activations is None or blas is None:
-        return None
+def host_decoder(
+    codec: MossAudioTokenizer,
+    n_vq: int,
+    fast: bool,
+    activations: ExactActivations,
+    blas: str,
+) -> HostDecoder | None:
+    """The host decoder for ``codec`` with the library and the BLAS library
+    at ``blas``, or ``None`` where it does not apply (no checked GELU and
+    softmax, weights other than float32, another positional embedding) or
+    where it does not give MLX's numbers. ``fast``: with the fast mode's
+    attention, where its audio keeps within ``FAST_LARGEST_ERROR`` of the
+    exact decoder's (else with the exact attention)."""
     if activations.gelu_erf is None or activations.softmax is None:
         return None
     stages = [stage for stage in codec.decoder if isinstance(stage, ProjectedTransformer)]

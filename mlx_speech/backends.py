@@ -1,0 +1,64 @@
+"""Which backend runs a model: MLX, or an accelerator beside it.
+
+``MLX_SPEECH_BACKEND``, ``--backend`` or ``load(backend=)`` names it:
+
+- ``mlx``: MLX alone, on MLX's default device; what a Mac runs, for every
+  family.
+- ``host``: the host engine (``host_engine``) for MOSS-TTS-Nano on Linux's
+  CPU: its frame step, codec decoder and activations where each passes its
+  check against MLX's numbers, the rest through MLX.
+- ``auto`` (the default): the host engine where it can run, else MLX.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import mlx.core as mx
+
+from .errors import ModelLoadError
+from .families import moss_nano
+
+log = logging.getLogger("mlx_speech.engine")
+
+BACKEND_VARIABLE = "MLX_SPEECH_BACKEND"
+BACKENDS = ("auto", "mlx", "host")
+
+
+def requested_backend(backend: str | None = None) -> str:
+    """``backend``, else ``MLX_SPEECH_BACKEND``, else ``auto``; a
+    ``ValueError`` for a name that is none of ``BACKENDS``."""
+    named = backend if backend is not None else os.environ.get(BACKEND_VARIABLE) or "auto"
+    if named not in BACKENDS:
+        source = "backend" if backend is not None else BACKEND_VARIABLE
+        raise ValueError(f"{source} must be one of {', '.join(BACKENDS)}; got {named!r}")
+    return named
+
+
+def accelerator_for(backend: str, family: str):
+    """MLX's thread (the engine's checks run MLX): the accelerator to hand
+    ``family``'s loader (``None``: MLX alone), and why, in a few words.
+    ``ModelLoadError`` where the asked backend cannot run here."""
+    if backend == "mlx":
+        return None, "asked for"
+    if family != moss_nano.FAMILY:
+        if backend == "host":
+            raise ModelLoadError(
+                f"the host backend runs MOSS-TTS-Nano only, and this checkpoint is "
+                f"{family}; use the mlx or auto backend"
+            )
+        return None, "the host engine runs MOSS-TTS-Nano only"
+    from .host_engine.engine import Unavailable, open_host_engine
+
+    try:
+        return open_host_engine(), "asked for" if backend == "host" else "it runs here"
+    except Unavailable as why:
+        if backend == "host":
+            raise ModelLoadError(f"the host backend cannot run here: {why}") from None
+        return None, f"the host engine cannot run here: {why}"
+
+
+def device_name() -> str:
+    """The device MLX computes on: ``cpu`` or ``gpu``."""
+    return "gpu" if mx.default_device().type == mx.gpu else "cpu"

@@ -1,0 +1,16 @@
+"""The host engine's parts, made as its ``HostEngine`` makes them."""
+
+from __future__ import annotations
+
+from mlx_speech.host_engine.blas import mlx_blas
+from mlx_speech.host_engine.codec_decoder import HostDecoder, host_decoder
+from mlx_speech.host_engine.frame_step import HostStep, host_step
+from mlx_speech.host_engine.library import exact_activations
+
+
+def host_step_for(model) -> HostStep | None:
+    return host_step(model, exact_activations(), mlx_blas())
+
+
+def host_decoder_for(codec, n_vq: int, fast: bool) -> HostDecoder | None:
+    return host_decoder(codec, n_vq, fast, exact_activations(), mlx_blas())
