@@ -10,7 +10,9 @@ time to first audio (new reference, then the same reference again: cached),
 total time, real-time factor, peak memory (each side's resident weights and
 caches, ours with what the host step keeps: its panels and scratch; plus the
 most its run held above them, in MLX's allocator plus numpy's host buffers),
-the BLAS and the ratios.
+the backend, the BLAS and the ratios.
+``--backend`` picks what runs our side (default: ``MLX_SPEECH_BACKEND``, else
+auto: the host engine where it can run, else MLX alone).
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
 On Linux it re-runs itself with the system OpenBLAS when one is installed;
@@ -46,6 +48,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument(
         "--reference-blas", action="store_true", help="do not switch to the system OpenBLAS"
+    )
+    parser.add_argument(
+        "--backend",
+        default=None,
+        choices=("auto", "mlx", "host"),
+        help="what runs our side (default: $MLX_SPEECH_BACKEND, else auto)",
     )
     parser.add_argument(
         "--with-chat-model",
@@ -152,21 +160,22 @@ def _timings(args, tts, theirs, clip) -> dict[str, list[float]]:
 def main() -> None:
     args = _arguments()
     if not args.reference_blas:
-        from mlx_speech.blas import use_fast_blas
+        from mlx_speech.host_engine.blas import use_fast_blas
 
         use_fast_blas()
     import numpy as np
     from mlx_audio.tts.utils import load_model
 
     import mlx_speech
-    from mlx_speech.blas import active_blas
+    from mlx_speech.host_engine.blas import active_blas
+    from mlx_speech.host_engine.frame_step import HostStep
 
     blas = active_blas()
     if args.with_chat_model:
-        _beside_chat(args, mlx_speech.load(args.checkpoint), blas)
+        _beside_chat(args, mlx_speech.load(args.checkpoint, backend=args.backend), blas)
         return
     empty = _active_mib()
-    tts = mlx_speech.load(args.checkpoint)
+    tts = mlx_speech.load(args.checkpoint, backend=args.backend)
     ours_loaded = _active_mib()
     theirs = load_model(Path(args.checkpoint))
     clip = _reference_clip(args.reference_seconds)
@@ -176,7 +185,8 @@ def main() -> None:
     _ours_buffered(tts, clip.read_bytes(), 2)
     # and what our host step keeps outside MLX: panels (a copy of some
     # weights) and the scratch its load's warm-up grew
-    host = tts._service._batch._host
+    stepper = tts._service._batch._stepper
+    host = stepper if isinstance(stepper, HostStep) else None
     held = 0 if host is None else host.held_bytes / 2**20
     our_resident = ours_loaded - empty + _active_mib() - theirs_warm + held
     their_resident = theirs_warm - ours_loaded
@@ -207,6 +217,7 @@ def main() -> None:
 
     results = {
         "checkpoint": args.checkpoint,
+        "backend": tts.backend,
         "blas": blas,
         "frame_step": (
             "MLX"
@@ -260,21 +271,24 @@ def _beside_chat(args, tts, blas: str) -> None:
     bits = args.chat_bits or None
     results = beside_chat.run(tts, args.requests, args.frames, bits)
     print(
-        f"checkpoint {args.checkpoint}; BLAS {blas}; {args.requests} streamed requests of "
-        f"{args.frames} frames per condition, greedy; chat model: Llama-3.2-1B "
-        f"dimensions, {f'{bits}-bit' if bits else 'float32'}"
+        f"checkpoint {args.checkpoint}; backend {tts.backend}; BLAS {blas}; "
+        f"{args.requests} streamed requests of {args.frames} frames per condition, "
+        f"greedy; chat model: Llama-3.2-1B dimensions, "
+        f"{f'{bits}-bit' if bits else 'float32'}"
     )
     beside_chat.print_table(results)
     if args.json:
-        record = {"checkpoint": args.checkpoint, "blas": blas, "frames": args.frames}
-        record |= {"requests": args.requests, "chat_bits": bits, "conditions": results}
+        record = {"checkpoint": args.checkpoint, "backend": tts.backend, "blas": blas}
+        record |= {"frames": args.frames, "requests": args.requests, "chat_bits": bits}
+        record |= {"conditions": results}
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
 
 
 def _print_table(r: dict) -> None:
     theirs, stream, buffered = r["mlx_audio"], r["ours_stream"], r["ours_buffered"]
     print(
-        f"checkpoint {r['checkpoint']}; BLAS {r['blas']}; frame step: "
+        f"checkpoint {r['checkpoint']}; backend {r['backend']}; BLAS {r['blas']}; "
+        f"frame step: "
         f"{r['frame_step']}; {r['frames']} frames = {r['audio_seconds']} s "
         "of audio; greedy; cloning a new reference"
     )

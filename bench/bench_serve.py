@@ -16,7 +16,9 @@ With ``--cold``, each concurrency gets a server of its own, started by this
 script (``mlx-speech serve CHECKPOINT`` on a free local port) and stopped
 after: it also reports the load time (start to a ready /health) and the time
 to first packet of the first burst, the first ``concurrency`` requests, which
-arrive together at a server that has served nothing yet.
+arrive together at a server that has served nothing yet; ``--backend`` is
+passed to each such server (default: its own, ``MLX_SPEECH_BACKEND``, else
+auto). Each level records the backend the server reports on /health.
 """
 
 from __future__ import annotations
@@ -226,13 +228,19 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def server_backend(url: str) -> str | None:
+    """What runs the server's model (its /health says), if it says."""
+    return httpx.get(f"{url}/health", timeout=10).json().get("backend")
+
+
 def _cold_level(checkpoint, serve_args, concurrency, requests, body) -> dict:
     process, url, load_s = start_server(checkpoint, serve_args)
     try:
+        backend = server_backend(url)
         level = run_level(url, concurrency, requests, body)
     finally:
         stop_server(process)
-    return {**level, "load_s": round(load_s, 2)}
+    return {**level, "load_s": round(load_s, 2), "backend": backend}
 
 
 def _print_table(levels: list[dict]) -> None:
@@ -279,6 +287,12 @@ def main() -> None:
         help="with --cold: an argument for mlx-speech serve (repeatable), "
         "e.g. --serve-arg=--max-batch=8",
     )
+    parser.add_argument(
+        "--backend",
+        default=None,
+        choices=("auto", "mlx", "host"),
+        help="with --cold: what runs the model (default: $MLX_SPEECH_BACKEND, else auto)",
+    )
     parser.add_argument("--requests", type=int, default=16, help="per concurrency level")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--max-new-tokens", type=int, default=40)
@@ -291,12 +305,18 @@ def main() -> None:
     if args.clone:
         body["ref_audio"] = _reference_clip()
     if args.cold:
+        serve_args = args.serve_arg + (["--backend", args.backend] if args.backend else [])
         levels = [
-            _cold_level(args.cold, args.serve_arg, c, args.requests, body)
+            _cold_level(args.cold, serve_args, c, args.requests, body)
             for c in args.concurrency
         ]
     else:
-        levels = [run_level(args.url, c, args.requests, body) for c in args.concurrency]
+        backend = server_backend(args.url)
+        levels = [
+            {**run_level(args.url, c, args.requests, body), "backend": backend}
+            for c in args.concurrency
+        ]
+    print(f"backend: {levels[0]['backend']}")
     _print_table(levels)
     if args.json:
         Path(args.json).write_text(json.dumps(levels, indent=2) + "\n")

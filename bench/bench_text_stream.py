@@ -2,13 +2,15 @@
 fed by a simulated model emitting tokens at a fixed rate.
 
     python bench/bench_text_stream.py CHECKPOINT [--rates 20 50 200]
-        [--frames 40] [--voice CLIP] [--json out.json]
+        [--frames 40] [--voice CLIP] [--backend mlx|host] [--json out.json]
 
 For each rate: when the first sentence was complete (the token after its end
 arrived) and when its first audio came; the silence a real-time player hears
 between sentences; and the time to the last audio against waiting for the
 whole text and then synthesizing it. The target: first audio within the
 cached-voice time to first audio plus one frame of the sentence's completion.
+``--backend`` picks what runs the model (default: ``MLX_SPEECH_BACKEND``, else
+auto: the host engine where it can run).
 """
 
 from __future__ import annotations
@@ -120,15 +122,16 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[20, 50, 200])
     parser.add_argument("--frames", type=int, default=40, help="frames per sentence")
     parser.add_argument("--voice", default=None, help="a clip to clone (default: none)")
+    parser.add_argument("--backend", default=None, choices=("auto", "mlx", "host"))
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
 
-    from mlx_speech.blas import active_blas, use_fast_blas
+    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
 
     use_fast_blas()
     import mlx_speech
 
-    tts = mlx_speech.load(args.checkpoint)
+    tts = mlx_speech.load(args.checkpoint, backend=args.backend)
     options = {"voice": args.voice, "temperature": 0, "max_new_tokens": args.frames}
     tts.speak(SENTENCES[0], **options)  # warm: kernels, prompt prefix, reference
     cached_first, frame = _cached_voice_timing(tts, options)
@@ -160,6 +163,7 @@ def main() -> None:
         )
     results = {
         "checkpoint": args.checkpoint,
+        "backend": tts.backend,
         "blas": active_blas(),
         "frames_per_sentence": args.frames,
         "cached_voice_first_audio_ms": round(cached_first * 1000),
@@ -175,7 +179,8 @@ def main() -> None:
 
 def _print_table(results: dict) -> None:
     print(
-        f"BLAS {results['blas']}; {results['frames_per_sentence']} frames per sentence; "
+        f"backend {results['backend']}; BLAS {results['blas']}; "
+        f"{results['frames_per_sentence']} frames per sentence; "
         f"cached-voice first audio {results['cached_voice_first_audio_ms']} ms; "
         f"{results['steady_ms_per_frame']} ms/frame; whole text buffered "
         f"{results['buffered_whole_text_s']} s for {results['audio_s']} s of audio; "

@@ -4,12 +4,14 @@
 
 For each batch size, that many requests (English and Chinese sentences, half
 greedy, half sampled with a seed) start together and are stepped together on
-the worker as the server steps them (on the host where ``host_step``
-applies, the prompts sharing their products where its load check allows;
-else through MLX, the prompts in one forward), then each again alone; it
-counts the requests whose codes differ and the frames compared. On Linux it
-re-runs itself with the system OpenBLAS when one is installed (pass
---reference-blas to keep the bundled reference BLAS).
+the worker as the server steps them (on the host where the host engine's
+frame step applies, the prompts sharing their products where its load check
+allows; else through MLX, the prompts in one forward), then each again alone;
+it counts the requests whose codes differ and the frames compared.
+``--backend`` picks what runs them (default: ``MLX_SPEECH_BACKEND``, else
+auto: the host engine where it can run). On Linux it re-runs itself with the
+system OpenBLAS when one is installed (pass --reference-blas to keep the
+bundled reference BLAS).
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--reference-blas", action="store_true")
+    parser.add_argument("--backend", default=None, choices=("auto", "mlx", "host"))
     return parser.parse_args()
 
 
-def _codes(model, host, requests, together: bool):
-    from mlx_speech.families.moss_nano.loop import FrameJob, step
+def _codes(model, stepper, requests, together: bool):
+    from mlx_speech.families.moss_nano.loop import FrameJob
     from mlx_speech.families.moss_nano.sampling import KeySequence
 
     def job(request):
@@ -50,7 +53,7 @@ def _codes(model, host, requests, together: bool):
     def run(jobs):
         codes = [[] for _ in jobs]
         while live := [j for j in jobs if not j.done]:
-            step(model, live, host)
+            stepper.step(live)
             for j in live:
                 if not j.stopped:
                     codes[jobs.index(j)].append(j.frame.tolist())
@@ -64,16 +67,17 @@ def _codes(model, host, requests, together: bool):
 def main() -> None:
     args = _arguments()
     if not args.reference_blas:
-        from mlx_speech.blas import use_fast_blas
+        from mlx_speech.host_engine.blas import use_fast_blas
 
         use_fast_blas()
     import mlx_speech
-    from mlx_speech.blas import active_blas
     from mlx_speech.engine import shared_engine
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+    from mlx_speech.host_engine.blas import active_blas
+    from mlx_speech.host_engine.frame_step import HostStep
 
-    tts = mlx_speech.load(args.checkpoint)
-    model, host = tts._service._model, tts._service._batch._host
+    tts = mlx_speech.load(args.checkpoint, backend=args.backend)
+    model, stepper = tts._service._model, tts._service._batch._stepper
     results = []
     for size in args.batch:
         requests = []
@@ -84,8 +88,8 @@ def main() -> None:
             requests.append(
                 (SENTENCES[index % len(SENTENCES)], _frame_sampling(options), 1000 + index)
             )
-        together = shared_engine().call(lambda r=requests: _codes(model, host, r, True))
-        alone = shared_engine().call(lambda r=requests: _codes(model, host, r, False))
+        together = shared_engine().call(lambda r=requests: _codes(model, stepper, r, True))
+        alone = shared_engine().call(lambda r=requests: _codes(model, stepper, r, False))
         differing = [i for i in range(size) if together[i] != alone[i]]
         results.append(
             {
@@ -95,12 +99,9 @@ def main() -> None:
                 "frames_compared": sum(len(codes) for codes in alone),
             }
         )
-    stepped = "through MLX" if host is None else "on the host"
-    print(
-        json.dumps(
-            {"blas": active_blas(), "stepped": stepped, "results": results}, indent=2
-        )
-    )
+    stepped = "on the host" if isinstance(stepper, HostStep) else "through MLX"
+    record = {"backend": tts.backend, "blas": active_blas(), "stepped": stepped}
+    print(json.dumps({**record, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

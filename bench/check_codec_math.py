@@ -1,17 +1,20 @@
 """How far the fast codec math is from the exact one, and what it saves.
 
-    python bench/check_codec_math.py [CHECKPOINT] [--chunks 12] [--fit]
+    python bench/check_codec_math.py [CHECKPOINT] [--chunks 12] [--fit] [--backend mlx|host]
 
 Always: the largest error of the fast ``erf`` (float32, over [-6, 6]) and the
 largest relative error of the fast ``exp`` (over [-87, 0]), against float64.
 With a checkpoint: its model speaks the bench texts greedily, and the codec
 decodes those codes in 16-frame chunks (as a stream does) with the exact and
 the fast functions, taking turns; prints ms/frame of each (best of 3) and the
-fast audio's largest difference and SNR against the exact audio. Where the
-host decoder applies (Linux, the C library), the same for its exact and fast
+fast audio's largest difference and SNR against the exact audio. With
+``--backend host`` (the default; Linux's CPU, the C library), the MLX decoder
+takes the host engine's GELU and attention where they pass their checks; and
+where the engine's host decoder applies, the same for its exact and fast
 attention, the decoder the service runs, and the time of eight streams
 decoding their first 40 frames together in a stream's chunks (1, 1, 1, 1, 2,
-…), as eight requests started together do.
+…), as eight requests started together do. ``--backend mlx``: MLX's own
+functions alone.
 ``--fit`` recomputes the erf coefficients (a rational least-squares fit,
 reweighted so the error, not the residual times Q, is what shrinks).
 On Linux it re-runs itself with the system OpenBLAS when one is installed.
@@ -40,6 +43,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("checkpoint", nargs="?")
     parser.add_argument("--chunks", type=int, default=12, help="16-frame chunks per text")
     parser.add_argument("--fit", action="store_true")
+    parser.add_argument(
+        "--backend",
+        default="host",
+        choices=("mlx", "host"),
+        help="with a checkpoint: MLX alone, or beside the host engine (default)",
+    )
     return parser.parse_args()
 
 
@@ -131,21 +140,28 @@ def _host_decode(decoder, frames) -> tuple[np.ndarray, float]:
     return np.concatenate(pieces), time.perf_counter() - started
 
 
-def compare_decodes(checkpoint: Path, chunks: int) -> dict:
-    from mlx_speech.families.moss_nano.codec_math import EXACT, FAST
-    from mlx_speech.families.moss_nano.host_codec import host_decoder
-    from mlx_speech.families.moss_nano.service import load
+def compare_decodes(checkpoint: Path, chunks: int, backend: str) -> dict:
+    from mlx_speech.backends import accelerator_for
+    from mlx_speech.families import LoadOptions
+    from mlx_speech.families.moss_nano.codec_math import codec_math
+    from mlx_speech.families.moss_nano.service import FAMILY, load
 
-    service = load(checkpoint)
+    accelerator, _ = accelerator_for(backend, FAMILY)
+    service = load(checkpoint, LoadOptions(accelerator=accelerator))
     codec, n_vq = service._codec, service._model.config.n_vq
     codes = _bench_codes(service, chunks)
-    result = {"frames": sum(len(c) for c in codes)}
+    result = {"frames": sum(len(c) for c in codes), "backend": service.backend}
     mlx_decoders = {
-        name: partial(_decode, codec, n_vq, numerics=numerics)
-        for name, numerics in (("exact", EXACT), ("fast", FAST))
+        name: partial(_decode, codec, n_vq, numerics=codec_math(service._ops, fast))
+        for name, fast in (("exact", False), ("fast", True))
     }
     result["mlx"] = _compared(mlx_decoders, codes, result["frames"])
-    hosts = {name: host_decoder(codec, n_vq, fast=name == "fast") for name in mlx_decoders}
+    if accelerator is None:
+        return result
+    hosts = {
+        name: accelerator.codec_decoder(codec, n_vq, fast=name == "fast")
+        for name in mlx_decoders
+    }
     if all(hosts.values()):
         host_decoders = {name: partial(_host_decode, host) for name, host in hosts.items()}
         result["host"] = _compared(host_decoders, codes, result["frames"])
@@ -203,7 +219,7 @@ def _compared(decoders: dict, codes: list[list], frames: int) -> dict:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.blas import active_blas, use_fast_blas
+    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
 
     use_fast_blas()
     if args.fit:
@@ -215,8 +231,11 @@ def main() -> None:
         f"fast erf: max error {erf_error:.2e}; fast exp: max relative error {exp_error:.2e}"
     )
     if args.checkpoint:
-        result = compare_decodes(Path(args.checkpoint), args.chunks)
-        print(f"BLAS: {active_blas()}; {result['frames']} frames in {CHUNK}-frame chunks")
+        result = compare_decodes(Path(args.checkpoint), args.chunks, args.backend)
+        print(
+            f"backend: {result['backend']}; BLAS: {active_blas()}; "
+            f"{result['frames']} frames in {CHUNK}-frame chunks"
+        )
         for decoder in ("mlx", "host"):
             if decoder in result:
                 _report(decoder, result[decoder])

@@ -4,7 +4,7 @@
 
 ``gelu_new``'s ``x ** 3`` is glibc's ``powf`` in MLX; the library computes it
 with a vectorized port of the variant glibc runs on x86-64 CPUs with FMA
-(``exact_activations.c``). At load the port is checked on 2^19 probes; this
+(``nano_kernels.c``). At load the port is checked on 2^19 probes; this
 checks all 2^32 bit patterns, NaNs included (any NaN matches any NaN): the
 library's ``cubes`` against ``mx.power(x, 3)`` and its ``gelu_tanh`` against
 mlx-audio's ``gelu_new``. Prints the mismatches of each (0 when they agree
@@ -24,7 +24,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
 
-from mlx_speech.families.moss_nano.exact_activations import exact_activations
+from mlx_speech.host_engine.library import Unavailable, exact_activations
 
 
 def _mismatches(got: np.ndarray, expected: np.ndarray) -> int:
@@ -39,8 +39,13 @@ def main() -> None:
     parser.add_argument("--chunk-bits", type=int, default=24)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    activations = exact_activations()
-    if activations is None or not activations.cubes_ported:
+    try:
+        activations = exact_activations()
+    except Unavailable as why:
+        raise SystemExit(
+            f"the C library is unavailable here ({why}): nothing to check"
+        ) from None
+    if not activations.cubes_ported:
         raise SystemExit("the cube port is not in use on this machine: nothing to check")
     library = activations.library
     for entry in (library.cubes, library.gelu_tanh):

@@ -2,9 +2,10 @@
 
     python bench/check_exact_activations.py CHECKPOINT [--repeats 3] [--json out.json]
 
-With the library (``mlx_speech/families/moss_nano/exact_activations.c``) and
-without it (MLX's own operations, as where it cannot be built), taking turns
-in one process, ``--repeats`` times: encoding a 3 s reference clip, a new
+With the library's GELUs and attention (the host engine's ``ArrayOps``, from
+``mlx_speech/host_engine/nano_kernels.c``) and without them (``MLX_OPS``:
+MLX's own operations, as where it cannot be built), taking turns in one
+process, ``--repeats`` times: encoding a 3 s reference clip, a new
 voice's prompt prefix (that clip's rows and the template around them), one
 38-row prompt and eight at once, and decoding 16 frames in the exact mode.
 (The frame step runs on the host only with the library:
@@ -20,6 +21,7 @@ import argparse
 import json
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -45,14 +47,15 @@ def _timed(work) -> tuple[float, object]:
 
 
 def _workloads(service) -> dict:
-    """Name → a function doing that work and returning what it computed."""
+    """Name → a function doing that work with the ``ArrayOps`` it is given
+    and returning what it computed."""
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.codec import DecoderState, decode_together, encode
-    from mlx_speech.families.moss_nano.codec_math import EXACT
+    from mlx_speech.families.moss_nano.codec_math import codec_math
     from mlx_speech.families.moss_nano.forward import forward_rows
     from mlx_speech.families.moss_nano.kv_cache import block_caches, snapshot
-    from mlx_speech.families.moss_nano.loop import FrameJob, embed_rows, step
+    from mlx_speech.families.moss_nano.loop import FrameJob, MlxFrameStep, embed_rows
     from mlx_speech.families.moss_nano.sampling import KeySequence
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
@@ -74,60 +77,66 @@ def _workloads(service) -> dict:
         text=TEXT, tokenizer=model.tokenizer, mode="continuation"
     )
     job = FrameJob(model, prompt, sampling, KeySequence(0))
+    stepper = MlxFrameStep(model)
     frames = []
     for _ in range(16):
-        step(model, [job])
+        stepper.step([job])
         frames.append(job.frame)
     mx.eval(frames)
 
-    def prefix():
+    def encoded(ops):
+        return mx.array(encode(codec, clip, model.config.n_vq, codec_math(ops)))
+
+    def prefix(ops):
         cache = block_caches(len(model.transformer.h))
         forward_rows(
-            model.transformer, [embed_rows(model, voice_prompt[:, :split])], [cache]
+            model.transformer, [embed_rows(model, voice_prompt[:, :split])], [cache], ops
         )
         return snapshot(cache)
 
-    def prompts(count: int):
+    def prompts(count: int, ops):
         caches = [block_caches(len(model.transformer.h)) for _ in range(count)]
-        return forward_rows(model.transformer, text_rows[:count], caches)
+        return forward_rows(model.transformer, text_rows[:count], caches, ops)
 
-    def decode():
+    def decode(ops):
         state = DecoderState(codec)
-        return decode_together(codec, model.config.n_vq, [(state, frames)], EXACT)
+        work = [(state, frames)]
+        return decode_together(codec, model.config.n_vq, work, codec_math(ops))
 
     return {
-        "encode a 3 s clip": lambda: mx.array(encode(codec, clip, model.config.n_vq)),
+        "encode a 3 s clip": encoded,
         "a new voice's prefix": prefix,
-        "one 38-row prompt": lambda: prompts(1),
-        "eight 38-row prompts": lambda: prompts(8),
+        "one 38-row prompt": partial(prompts, 1),
+        "eight 38-row prompts": partial(prompts, 8),
         "decode 16 frames (exact mode)": decode,
     }
 
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.blas import active_blas, use_fast_blas
+    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
 
     use_fast_blas()
-    from mlx_speech.families.moss_nano import exact_activations
+    from mlx_speech.families import LoadOptions
+    from mlx_speech.families.moss_nano.accelerator import MLX_OPS
     from mlx_speech.families.moss_nano.service import load
+    from mlx_speech.host_engine.engine import Unavailable, open_host_engine
 
-    service = load(Path(args.checkpoint))
-    library = exact_activations.exact_activations()
-    if library is None:
-        raise SystemExit("the C library could not be built here")
+    try:
+        engine = open_host_engine()
+    except Unavailable as why:
+        raise SystemExit(f"the C library cannot run here: {why}") from None
+    service = load(Path(args.checkpoint), LoadOptions(accelerator=engine))
     workloads = _workloads(service)
-    sides = {"MLX": None, "C": library}
+    sides = {"MLX": MLX_OPS, "C": engine.array_ops()}
     best = {side: dict.fromkeys(workloads, float("inf")) for side in sides}
     outputs: dict = {side: {} for side in sides}
     for _ in range(args.repeats):
-        for side, loaded in sides.items():
-            exact_activations._loaded[:] = [loaded]
+        for side, ops in sides.items():
             for name, work in workloads.items():
-                ms, output = _timed(work)
+                ms, output = _timed(partial(work, ops))
                 best[side][name] = min(best[side][name], ms)
                 outputs[side].setdefault(name, output)
-    exact_activations._loaded[:] = [library]
     same = {
         name: _bitwise_equal(outputs["MLX"][name], outputs["C"][name])
         for name in (

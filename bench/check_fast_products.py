@@ -4,12 +4,13 @@
 
 Each request (English and Chinese sentences, half greedy, half sampled with a
 seed) runs alone twice on the worker: through MLX (every product as mlx-audio
-computes it) and on the host (``host_step``: a greedy request's products
-with MLX's numbers, so its codes must not change; a sampled one's too where
-the lone order holds for every product shape, as with OpenBLAS, else
-through the library's own product). It counts the requests whose codes differ,
-the frame where each first differs, and the frames compared. It re-runs itself
-with the system OpenBLAS when one is installed.
+computes it) and on the host (the host engine's ``frame_step``: a greedy
+request's products with MLX's numbers, so its codes must not change; a
+sampled one's too where the lone order holds for every product shape, as
+with OpenBLAS, else through the library's own product). It counts the
+requests whose codes differ, the frame where each first differs, and the
+frames compared. It re-runs itself with the system OpenBLAS when one is
+installed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _codes(model, request, host) -> list[list[int]]:
+def _codes(model, request, stepper) -> list[list[int]]:
     from mlx_speech.families.moss_nano.loop import frames
     from mlx_speech.families.moss_nano.sampling import KeySequence
 
@@ -45,7 +46,7 @@ def _codes(model, request, host) -> list[list[int]]:
     prompt, _ = model.build_inference_input_ids(
         text=text, tokenizer=model.tokenizer, mode="continuation"
     )
-    found = frames(model, prompt, sampling, KeySequence(seed), host=host)
+    found = frames(model, prompt, sampling, KeySequence(seed), stepper=stepper)
     return [frame.tolist() for frame in found]
 
 
@@ -58,20 +59,23 @@ def _first_difference(a: list, b: list) -> int | None:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.blas import use_fast_blas
+    from mlx_speech.host_engine.blas import use_fast_blas
 
     use_fast_blas()
     import mlx_speech
-    from mlx_speech.blas import active_blas
     from mlx_speech.engine import shared_engine
-    from mlx_speech.families.moss_nano.host_step import host_step
+    from mlx_speech.families.moss_nano.loop import MlxFrameStep
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
+    from mlx_speech.host_engine.blas import active_blas
+    from mlx_speech.host_engine.frame_step import HostStep
 
-    tts = mlx_speech.load(args.checkpoint)
-    model = tts._service._model
-    host = shared_engine().call(lambda: host_step(model))
-    if host is None:
+    tts = mlx_speech.load(args.checkpoint, backend="host")
+    service = tts._service
+    model, host = service._model, service._batch._stepper
+    if not isinstance(host, HostStep):
         raise SystemExit("no host step here: it needs Linux's CPU and the C library")
+    # through MLX, with the host engine's activations (MLX's numbers, faster)
+    mlx = MlxFrameStep(model, service._ops)
     differing = []
     frames = 0
     for index in range(args.requests):
@@ -81,7 +85,7 @@ def main() -> None:
             options = replace(options, temperature=0.0)
         text = SENTENCES[index % len(SENTENCES)]
         request = (text, _frame_sampling(options), 2000 + index)
-        exact = shared_engine().call(lambda r=request: _codes(model, r, None))
+        exact = shared_engine().call(lambda r=request: _codes(model, r, mlx))
         fast = shared_engine().call(lambda r=request: _codes(model, r, host))
         frames += len(exact)
         first = _first_difference(exact, fast)
@@ -90,6 +94,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "backend": tts.backend,
                 "blas": active_blas(),
                 "requests": args.requests,
                 "frames_compared": frames,

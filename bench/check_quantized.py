@@ -1,6 +1,7 @@
 """Quantized MOSS-TTS-Nano (``--quantize 8|4``) against the float model.
 
     python bench/check_quantized.py CHECKPOINT [--frames 48] [--repeats 2]
+        [--backend mlx|host]
 
 The float model and its 8- and 4-bit versions speak the bench texts greedily
 (``--frames`` each). Reported per quantization: how many frames equal the
@@ -8,8 +9,10 @@ float model's (all codebooks; the loop is autoregressive, so after the first
 differing frame the rest usually differ too, hence also the first differing
 frame per text), the SNR of its audio against the float audio, the bytes of
 its transformer weights, and its steady ms/frame (60 frames minus 20, best of
-``--repeats``, the models taking turns), each stepped as the server steps it.
-On Linux it re-runs itself with the system OpenBLAS when one is installed.
+``--repeats``, the models taking turns), each stepped as the server steps it,
+and the backend that runs it (``--backend``; default: ``MLX_SPEECH_BACKEND``,
+else auto: the host engine where it can run). On Linux it re-runs itself with
+the system OpenBLAS when one is installed.
 
 A random-weight checkpoint's logits are nearly flat, so near-ties (and so
 differing codes) are far more common than with trained weights: its
@@ -40,6 +43,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("checkpoint")
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--backend", default=None, choices=("auto", "mlx", "host"))
     parser.add_argument("--json", default=None)
     return parser.parse_args()
 
@@ -59,20 +63,22 @@ def _codes(service, text: str, frames: int) -> list:
         text=text, tokenizer=model.tokenizer, mode="continuation"
     )
     # as served: on the host step where the model has one (float weights on
-    # Linux), through MLX otherwise (quantized weights)
-    host = service._batch._host
-    return list(frame_loop(model, prompt, _greedy(frames), KeySequence(0), host=host))
+    # Linux with the host engine), through MLX otherwise (quantized weights)
+    stepper = service._batch._stepper
+    return list(frame_loop(model, prompt, _greedy(frames), KeySequence(0), stepper=stepper))
 
 
 def _audio(service, codes: list) -> np.ndarray:
     import mlx.core as mx
 
     from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+    from mlx_speech.families.moss_nano.codec_math import codec_math
 
     model, codec = service._model, service._codec
     state = DecoderState(codec)
     frames = [mx.array(frame) for frame in codes]
-    (samples,) = decode_together(codec, model.config.n_vq, [(state, frames)])
+    exact = codec_math(service._ops)  # with the service's activations
+    (samples,) = decode_together(codec, model.config.n_vq, [(state, frames)], exact)
     mx.eval(samples)
     return np.asarray(samples, dtype=np.float64)
 
@@ -98,14 +104,17 @@ def _transformer_bytes(model) -> int:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.blas import active_blas, use_fast_blas
+    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
 
     use_fast_blas()
+    from mlx_speech.backends import accelerator_for, requested_backend
     from mlx_speech.families import LoadOptions
-    from mlx_speech.families.moss_nano.service import load
+    from mlx_speech.families.moss_nano.service import FAMILY, load
 
+    accelerator, _ = accelerator_for(requested_backend(args.backend), FAMILY)
     services = {
-        bits: load(Path(args.checkpoint), LoadOptions(1, bits)) for bits in VARIANTS
+        bits: load(Path(args.checkpoint), LoadOptions(1, bits, accelerator))
+        for bits in VARIANTS
     }
     codes = {
         bits: [[np.asarray(f) for f in _codes(s, t, args.frames)] for t in TEXTS]
@@ -145,6 +154,7 @@ def _compare(float_codes, codes, float_audio, audio, service, steady_ms) -> dict
         "audio_snr_vs_float_db": round(float(snr), 1),
         "transformer_weight_mib": round(_transformer_bytes(service._model) / 2**20, 1),
         "steady_ms_per_frame": round(steady_ms, 1),
+        "backend": service.backend,
     }
 
 
@@ -155,15 +165,17 @@ def _print(results: dict) -> None:
     )
     print(
         "| weights | frames equal to float | first differing frame per text "
-        "| audio SNR vs float (dB) | transformer weights (MiB) | steady ms/frame |"
+        "| audio SNR vs float (dB) | transformer weights (MiB) | steady ms/frame "
+        "| backend |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name in ("32-bit", "8-bit", "4-bit"):
         row = results[name]
         print(
             f"| {name} | {row['frames_equal_to_float_percent']}% "
             f"| {row['first_differing_frame_per_text']} | {row['audio_snr_vs_float_db']} "
-            f"| {row['transformer_weight_mib']} | {row['steady_ms_per_frame']} |"
+            f"| {row['transformer_weight_mib']} | {row['steady_ms_per_frame']} "
+            f"| {row['backend']} |"
         )
 
 

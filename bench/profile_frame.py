@@ -1,11 +1,11 @@
 """Where one MOSS-TTS-Nano frame's time goes, beside mlx-audio, in one process.
 
-    python bench/profile_frame.py CHECKPOINT [--repeats 3]
+    python bench/profile_frame.py CHECKPOINT [--repeats 3] [--backend mlx|host]
 
 Taking turns, ``--repeats`` times: mlx-audio 0.6.2's steady ms/frame (greedy
 ``generate()`` of 60 frames minus 20, over 40); our frame step (one request
 after 24 frames) greedy and sampled (the default), each through MLX (as
-without the host step) and on the host (``host_step``; a sampled one's
+without the host step) and on the host (``frame_step``; a sampled one's
 products the library's own where the lone order does not hold for every
 product shape and ``MLX_SPEECH_EXACT`` is not set); a greedy step of
 ``--batch`` requests together on the host; a sampled step of ``--batch``
@@ -15,7 +15,10 @@ positions, 16 codebook heads and the text head: the floor the step cannot go
 under while MLX computes them with ``sgemm``), alone and for ``--batch``
 requests stepped together; and our codec decode per frame in 16-frame chunks,
 and of one request's first chunk (one frame) and ``--batch`` requests' first
-chunks together, each through MLX and on the host (``host_codec``).
+chunks together, each through MLX and on the host (``codec_decoder``).
+The host parts run where the host engine offers them for the model
+(``--backend``; default: ``MLX_SPEECH_BACKEND``, else auto: the host engine
+where it can run); MLX's take the engine's activations where they apply.
 Prints the best of each and what share of mlx-audio's frame it is. On Linux it
 re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
@@ -37,6 +40,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8, help="rows of the batched products")
     parser.add_argument("--reference-blas", action="store_true")
+    parser.add_argument("--backend", default=None, choices=("auto", "mlx", "host"))
     return parser.parse_args()
 
 
@@ -50,12 +54,12 @@ def _their_steady_ms(theirs) -> float:
     return (seconds(60) - short) / 40 * 1000
 
 
-def _our_step_ms(model, host=None, frames: int = 16, greedy: bool = True, jobs: int = 1):
-    """→ ms per frame step of ``jobs`` requests stepped together (on the host
-    through ``host`` when given), and the first one's frames."""
+def _our_step_ms(model, stepper, frames: int = 16, greedy: bool = True, jobs: int = 1):
+    """→ ms per frame step of ``jobs`` requests stepped together through
+    ``stepper`` (MLX's or the host's), and the first one's frames."""
     import mlx.core as mx
 
-    from mlx_speech.families.moss_nano.loop import FrameJob, step
+    from mlx_speech.families.moss_nano.loop import FrameJob
     from mlx_speech.families.moss_nano.sampling import KeySequence
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
 
@@ -66,12 +70,12 @@ def _our_step_ms(model, host=None, frames: int = 16, greedy: bool = True, jobs: 
     )
     group = [FrameJob(model, prompt, sampling, KeySequence(seed)) for seed in range(jobs)]
     for _ in range(24):
-        step(model, group, host)
+        stepper.step(group)
     mx.eval([job.frame for job in group])
     made = []
     started = time.perf_counter()
     for _ in range(frames):
-        step(model, group, host)
+        stepper.step(group)
         made.append(group[0].frame)
     mx.eval(made)
     return (time.perf_counter() - started) / frames * 1000, made
@@ -110,23 +114,13 @@ def _products_alone_ms(model, rows: int = 1) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _decode_ms_per_frame(codec, n_vq: int, frames, host=None) -> float:
-    """Decoding ``frames`` after two chunks of history, through MLX or on
-    the host (``host``: the service's host decoder)."""
-    import mlx.core as mx
+def _decode_ms_per_frame(decoder, frames) -> float:
+    """Decoding ``frames`` after two chunks of history, through ``decoder``
+    (MLX's, or the service's host decoder)."""
+    state = decoder.state()
 
-    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
-
-    if host is None:
-        state = DecoderState(codec)
-
-        def decode() -> None:
-            mx.eval(decode_together(codec, n_vq, [(state, frames)]))
-    else:
-        state = host.state()
-
-        def decode() -> None:
-            host.decode_together([(state, frames)])
+    def decode() -> None:
+        decoder.decode_together([(state, frames)])
 
     for _ in range(2):  # some history, as mid-utterance
         decode()
@@ -135,19 +129,12 @@ def _decode_ms_per_frame(codec, n_vq: int, frames, host=None) -> float:
     return (time.perf_counter() - started) / len(frames) * 1000
 
 
-def _first_chunks_ms(codec, n_vq: int, frame, requests: int, host=None) -> float:
+def _first_chunks_ms(decoder, frame, requests: int) -> float:
     """Decoding the first chunk (one frame) of ``requests`` new requests
-    together, through MLX or on the host."""
-    import mlx.core as mx
-
-    from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
+    together, through ``decoder`` (MLX's or the host's)."""
 
     def decode() -> None:
-        if host is None:
-            work = [(DecoderState(codec), [frame]) for _ in range(requests)]
-            mx.eval(decode_together(codec, n_vq, work))
-        else:
-            host.decode_together([(host.state(), [frame]) for _ in range(requests)])
+        decoder.decode_together([(decoder.state(), [frame]) for _ in range(requests)])
 
     decode()  # warm
     started = time.perf_counter()
@@ -158,23 +145,37 @@ def _first_chunks_ms(codec, n_vq: int, frame, requests: int, host=None) -> float
 def main() -> None:
     args = _arguments()
     if not args.reference_blas:
-        from mlx_speech.blas import use_fast_blas
+        from mlx_speech.host_engine.blas import use_fast_blas
 
         use_fast_blas()
     from mlx_audio.tts.utils import load_model
 
-    from mlx_speech.blas import active_blas
-    from mlx_speech.families.moss_nano.service import load
+    from mlx_speech.backends import accelerator_for, requested_backend
+    from mlx_speech.families import LoadOptions
+    from mlx_speech.families.moss_nano.codec import MlxDecoder
+    from mlx_speech.families.moss_nano.codec_math import codec_math
+    from mlx_speech.families.moss_nano.loop import MlxFrameStep
+    from mlx_speech.families.moss_nano.service import FAMILY, load
+    from mlx_speech.host_engine.blas import active_blas
+    from mlx_speech.host_engine.codec_decoder import HostDecoder
+    from mlx_speech.host_engine.frame_step import HostStep
 
-    service = load(Path(args.checkpoint))
+    accelerator, _ = accelerator_for(requested_backend(args.backend), FAMILY)
+    service = load(Path(args.checkpoint), LoadOptions(accelerator=accelerator))
     model, codec = service._model, service._codec
-    host, decoder = service._batch._host, service._decodes._host
+    stepper, decoding = service._batch._stepper, service._decodes._decoder
+    host = stepper if isinstance(stepper, HostStep) else None
+    decoder = decoding if isinstance(decoding, HostDecoder) else None
+    # MLX's frame step and decoder as the service runs them where the host's
+    # do not apply: with its activations (the decoder in the exact mode)
+    mlx = MlxFrameStep(model, service._ops)
+    mlx_decoder = MlxDecoder(codec, model.config.n_vq, codec_math(service._ops))
     theirs = load_model(Path(args.checkpoint))
     _their_steady_ms(theirs)  # warm-up
     runs: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         runs.setdefault("mlx-audio steady frame", []).append(_their_steady_ms(theirs))
-        step_ms, made = _our_step_ms(model)
+        step_ms, made = _our_step_ms(model, mlx)
         runs.setdefault("our greedy step, through MLX", []).append(step_ms)
         if host is not None:
             host_ms = _our_step_ms(model, host)[0]
@@ -187,7 +188,7 @@ def main() -> None:
         runs.setdefault("  MLX's matrix products alone", []).append(products_ms)
         batch_ms = _products_alone_ms(model, args.batch)
         runs.setdefault(f"  the same for {args.batch} rows", []).append(batch_ms)
-        sampled_ms = _our_step_ms(model, greedy=False)[0]
+        sampled_ms = _our_step_ms(model, mlx, greedy=False)[0]
         runs.setdefault("our sampled step, through MLX", []).append(sampled_ms)
         if host is not None:
             runs.setdefault("our sampled step, alone on the host", []).append(
@@ -195,28 +196,29 @@ def main() -> None:
             )
         together = f"our sampled step, {args.batch} together"
         runs.setdefault(f"{together}, through MLX", []).append(
-            _our_step_ms(model, greedy=False, jobs=args.batch)[0]
+            _our_step_ms(model, mlx, greedy=False, jobs=args.batch)[0]
         )
         if host is not None:
             runs.setdefault(f"{together}, on the host", []).append(
                 _our_step_ms(model, host, greedy=False, jobs=args.batch)[0]
             )
-        decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made)
+        decode_ms = _decode_ms_per_frame(mlx_decoder, made)
         runs.setdefault("our codec decode per frame, through MLX", []).append(decode_ms)
         if decoder is not None:
-            decode_ms = _decode_ms_per_frame(codec, model.config.n_vq, made, decoder)
+            decode_ms = _decode_ms_per_frame(decoder, made)
             runs.setdefault("our codec decode per frame, on the host", []).append(decode_ms)
         for requests in (1, args.batch):
-            for place, where in (("through MLX", None), ("on the host", decoder)):
-                if place == "on the host" and decoder is None:
+            for place, where in (("through MLX", mlx_decoder), ("on the host", decoder)):
+                if where is None:
                     continue
                 name = f"first chunks (1 frame) of {requests}, {place}"
-                runs.setdefault(name, []).append(
-                    _first_chunks_ms(codec, model.config.n_vq, made[0], requests, where)
-                )
+                runs.setdefault(name, []).append(_first_chunks_ms(where, made[0], requests))
     best = {name: min(values) for name, values in runs.items()}
     theirs_ms = best["mlx-audio steady frame"]
-    print(f"checkpoint {args.checkpoint}; BLAS {active_blas()}; best of {args.repeats}")
+    print(
+        f"checkpoint {args.checkpoint}; backend {service.backend}; BLAS {active_blas()}; "
+        f"best of {args.repeats}"
+    )
     for name, value in best.items():
         print(f"{name:44} {value:7.1f} ms  {value / theirs_ms:5.2f} of mlx-audio's frame")
 

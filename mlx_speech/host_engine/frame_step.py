@@ -528,7 +528,7 @@ def host_step(model: Model, activations: ExactActivations, blas: str) -> HostSte
         and own_product_sound(host._kernels, generator)
     ):
         return host
-    log.warning("the host frame step differs from MLX's here; frames stay in MLX")
+    log.info("the host frame step differs from MLX's here; frames stay in MLX")
     return None
 
 

@@ -220,18 +220,17 @@ def test_a_batch_that_fails_fails_each_of_its_requests(
     speaking_dir, nano_backend, monkeypatch
 ):
     import mlx_speech
-    from mlx_speech.families.moss_nano import batch
 
     tts = mlx_speech.load(speaking_dir, backend=nano_backend)
     streams = [tts.stream(TEXTS[0], seed=i, max_new_tokens=20) for i in range(3)]
     for stream in streams:
         next(stream)
 
-    def broken(model, jobs, lone):
+    def broken(jobs):
         raise RuntimeError("the frame step broke")
 
-    # whichever way the step goes (several jobs through MLX, one on the host)
-    monkeypatch.setattr(batch, "step", broken)
+    # the backend's frame step, whichever it is
+    monkeypatch.setattr(tts._service._batch._stepper, "step", broken)
     for stream in streams:
         with pytest.raises(RuntimeError, match="frame step broke"):
             list(stream)

@@ -162,7 +162,7 @@ def test_a_fast_attention_that_strays_is_not_used(speaking_tts, monkeypatch, cap
     service = speaking_tts._service
     codec, n_vq = service._codec, service._model.config.n_vq
     monkeypatch.setattr(host_codec, "FAST_LARGEST_ERROR", -1.0)
-    with caplog.at_level(logging.WARNING, logger="mlx_speech.engine"):
+    with caplog.at_level(logging.INFO, logger="mlx_speech.engine"):
         decoder = shared_engine().call(lambda: host_decoder_for(codec, n_vq, fast=True))
     assert decoder is not None and not decoder.fast
     assert "fast codec attention strays" in caplog.text

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_speech.host_engine import blas
 from mlx_speech.families.chunk_schedule import ChunkSchedule
+from mlx_speech.host_engine import blas
 
 
 def test_first_chunk_is_one_frame_then_chunks_grow_by_half_up_to_the_cap():

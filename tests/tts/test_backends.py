@@ -1,0 +1,127 @@
+"""Choosing what runs a model: ``MLX_SPEECH_BACKEND``, ``--backend``,
+``load(backend=)``; what ``tts.backend``, ``/health`` and the log say."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import mlx.core as mx
+import pytest
+
+import mlx_speech
+from mlx_speech.engine import shared_engine
+from mlx_speech.errors import ModelLoadError
+from mlx_speech.families.moss_nano.codec import MlxDecoder
+from mlx_speech.families.moss_nano.codec_math import fast_by_default
+from mlx_speech.families.moss_nano.loop import MlxFrameStep
+from mlx_speech.host_engine import library
+from mlx_speech.server import ServerSettings
+from tests.tts.support import cli
+from tests.tts.support.server import RunningServer
+
+
+def _parts(tts):
+    service = tts._service
+    return service._batch._stepper, service._decodes._decoder
+
+
+def test_the_mlx_backend_runs_every_part_through_mlx(speaking_dir, monkeypatch, caplog):
+    monkeypatch.setenv("MLX_SPEECH_BACKEND", "mlx")
+    with caplog.at_level(logging.INFO, logger="mlx_speech.engine"):
+        tts = mlx_speech.load(speaking_dir)
+    assert (tts.backend, tts.device) == ("mlx", "cpu")
+    stepper, decoder = _parts(tts)
+    assert isinstance(stepper, MlxFrameStep) and isinstance(decoder, MlxDecoder)
+    assert tts._service._ops.gelu_tanh is None  # no C activation inside MLX's graph
+    assert "backend: mlx (asked for), device: cpu" in caplog.text
+    assert len(tts.speak("Hello.", max_new_tokens=3).samples) > 0
+
+
+def test_the_argument_wins_over_the_variable(speaking_dir, monkeypatch):
+    monkeypatch.setenv("MLX_SPEECH_BACKEND", "host")
+    assert mlx_speech.load(speaking_dir, backend="mlx").backend == "mlx"
+
+
+@pytest.mark.parametrize("where", ["argument", "variable"])
+def test_an_unknown_backend_is_refused_before_loading(speaking_dir, monkeypatch, where):
+    if where == "variable":
+        monkeypatch.setenv("MLX_SPEECH_BACKEND", "cuda")
+        with pytest.raises(ValueError, match="MLX_SPEECH_BACKEND must be one of auto"):
+            mlx_speech.load(speaking_dir)
+    else:
+        with pytest.raises(ValueError, match="backend must be one of auto, mlx, host"):
+            mlx_speech.load(speaking_dir, backend="cuda")
+
+
+def test_auto_takes_the_host_engine_where_it_runs(speaking_dir, caplog):
+    try:
+        shared_engine().call(library.exact_activations)
+    except library.Unavailable as why:
+        pytest.skip(f"the host engine cannot run here: {why}")
+    with caplog.at_level(logging.INFO, logger="mlx_speech.engine"):
+        tts = mlx_speech.load(speaking_dir)
+    assert tts.backend == "host"
+    assert "backend: host (it runs here), device: cpu" in caplog.text
+    assert "MOSS-TTS-Nano on the host backend:" in caplog.text
+
+
+@pytest.fixture
+def no_host_engine(monkeypatch):
+    """As where the C library cannot be built."""
+    monkeypatch.setattr(library, "_loaded", [library.Unavailable("no C compiler found")])
+
+
+def test_auto_falls_back_to_mlx_and_says_why(speaking_dir, no_host_engine, caplog):
+    with caplog.at_level(logging.INFO, logger="mlx_speech.engine"):
+        tts = mlx_speech.load(speaking_dir)
+    assert tts.backend == "mlx"
+    assert (
+        "backend: mlx (the host engine cannot run here: no C compiler found)" in caplog.text
+    )
+
+
+def test_asking_for_the_host_where_it_cannot_run_is_an_error(speaking_dir, no_host_engine):
+    with pytest.raises(ModelLoadError, match="host backend cannot run here: no C compiler"):
+        mlx_speech.load(speaking_dir, backend="host")
+
+
+def test_the_host_backend_serves_nano_only(qwen3_dirs):
+    with pytest.raises(ModelLoadError, match="runs MOSS-TTS-Nano only.*use the mlx"):
+        mlx_speech.load(qwen3_dirs["custom_voice"], backend="host")
+    assert mlx_speech.load(qwen3_dirs["custom_voice"]).backend == "mlx"
+
+
+def test_health_names_the_backend_and_device(speaking_dir):
+    settings = ServerSettings(model=str(speaking_dir), backend="mlx")
+    with RunningServer(settings) as server:
+        health = httpx.get(f"{server.url}/health").json()
+    assert health == {
+        "status": "ok",
+        "model": str(speaking_dir),
+        "backend": "mlx",
+        "device": "cpu",
+    }
+
+
+def test_the_cli_takes_backend_and_says_which_ran(speaking_dir, tmp_path):
+    out = tmp_path / "hi.wav"
+    result = cli.run(
+        "speak", "Hi.", "--model", str(speaking_dir), "--backend", "mlx",
+        "--max-new-tokens", "2", "-o", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "backend: mlx on cpu" in result.stdout
+    refused = cli.run("speak", "Hi.", "--backend", "metal")
+    assert refused.returncode == 2 and "invalid choice: 'metal'" in refused.stderr
+
+
+def test_decoding_defaults_to_exact_math_on_a_gpu(monkeypatch):
+    """The fast codec math exists for MLX's CPU backend (element-wise erf
+    and exp); a GPU computes MLX's own in its kernels."""
+    assert fast_by_default()
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.gpu))
+    assert not fast_by_default()
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.cpu))
+    monkeypatch.setenv("MLX_SPEECH_EXACT", "1")
+    assert not fast_by_default()
