@@ -4,7 +4,7 @@
 
 ``gelu_new``'s ``x ** 3`` is glibc's ``powf`` in MLX; the library computes it
 with a vectorized port of the variant glibc runs on x86-64 CPUs with FMA
-(``nano_kernels.c``). At load the port is checked on 2^19 probes; this
+(``csrc/activations.c``). At load the port is checked on 2^19 probes; this
 checks all 2^32 bit patterns, NaNs included (any NaN matches any NaN): the
 library's ``cubes`` against ``mx.power(x, 3)`` and its ``gelu_tanh`` against
 mlx-audio's ``gelu_new``. Prints the mismatches of each (0 when they agree
@@ -14,7 +14,6 @@ everywhere), the C library version and the time taken.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import time
@@ -47,10 +46,7 @@ def main() -> None:
         ) from None
     if not activations.cubes_ported:
         raise SystemExit("the cube port is not in use on this machine: nothing to check")
-    library = activations.library
-    for entry in (library.cubes, library.gelu_tanh):
-        entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
-        entry.restype = None
+    library, ffi = activations.native.lib, activations.native.ffi
     size = 1 << args.chunk_bits
     out = np.empty(size, np.float32)
     cube_mismatches = gelu_mismatches = 0
@@ -59,9 +55,10 @@ def main() -> None:
         patterns = np.arange(start, start + size, dtype=np.uint64).astype(np.uint32)
         x = patterns.view(np.float32)
         values = mx.array(x)
-        library.cubes(x.ctypes.data, out.ctypes.data, size)
+        into = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out)
+        library.cubes(*into, size)
         cube_mismatches += _mismatches(out, np.asarray(mx.power(values, 3)))
-        library.gelu_tanh(x.ctypes.data, out.ctypes.data, size)
+        library.gelu_tanh(*into, size)
         gelu_mismatches += _mismatches(out, np.asarray(gelu_new(values)))
     result = {
         "inputs": 1 << 32,

@@ -3,7 +3,7 @@
     python bench/check_exact_activations.py CHECKPOINT [--repeats 3] [--json out.json]
 
 With the library's GELUs and attention (the host engine's ``ArrayOps``, from
-``mlx_speech/host_engine/nano_kernels.c``) and without them (``MLX_OPS``:
+``mlx_speech/host_engine/csrc/``) and without them (``MLX_OPS``:
 MLX's own operations, as where it cannot be built), taking turns in one
 process, ``--repeats`` times: encoding a 3 s reference clip, a new
 voice's prompt prefix (that clip's rows and the template around them), one

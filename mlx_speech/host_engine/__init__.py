@@ -5,9 +5,9 @@ MLX's CPU backend evaluates each small piece of a frame as a graph on its own
 stream thread, and the waits between pieces cost about as much as the
 arithmetic. Here the frame step (``frame_step``) and the codec decoder
 (``codec_decoder``) run on host buffers outside MLX's graph, each block one
-call into a C library (``nano_kernels.c``, built by ``library``) whose
-products go through the BLAS MLX itself calls (``blas``). Every part is
-checked against MLX's numbers on this machine as the model loads, and a
-part that differs is not used. The family knows it only through
+call into a C library (``csrc/``, built by ``pip install``, loaded and
+checked by ``library``) whose products go through the BLAS MLX itself calls
+(``blas``). Every part is checked against MLX's numbers on this machine as
+the model loads, and a part that differs is not used. The family knows it only through
 ``families.moss_nano.accelerator``.
 """

@@ -6,7 +6,7 @@ every request (its attention's softmax comes from C). For a stream's first
 chunks, one frame or two, that overhead was most of the decode (one frame:
 12 ms, of which 2 ms are products). Here a pass is the quantizer's lookup in
 MLX (one graph, with the rotation tables), then each transformer layer one
-call into the C library (``codec_layer`` in ``nano_kernels.c``) over
+call into the C library (``codec_layer`` in ``csrc/codec_layer.c``) over
 all requests' steps, with each request attending over its own history kept
 in host buffers, and the patch reshapes in numpy. Every number is computed
 as MLX computes it (products through the sgemm MLX calls, MLX's layer norm,
@@ -19,7 +19,6 @@ sees, whose audio is checked against the exact decoder's within
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 
@@ -34,40 +33,14 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
 
 from ..families.moss_nano.codec import DecoderState, decode_together
 from ..families.moss_nano.codec_math import EXACT
-from .kernels import COUNT, POINTER, Kernels, host_view, trust_chained_shapes
+from .kernels import Kernels, host_view, trust_chained_shapes
 from .library import ExactActivations
 
 log = logging.getLogger("mlx_speech.engine")
 
-_LAYER_WEIGHTS = (
-    "norm1_w",
-    "norm1_b",
-    "in_w",
-    "out_w",
-    "scale1",
-    "norm2_w",
-    "norm2_b",
-    "ffn_in_w",
-    "ffn_out_w",
-    "scale2",
-)
 
-
-class _Layer(ctypes.Structure):
-    """``struct codec_layer`` of the C library."""
-
-    _fields_ = [
-        *[(name, POINTER) for name in _LAYER_WEIGHTS],
-        ("width", COUNT),
-        ("heads", COUNT),
-        ("inner", COUNT),
-        ("context", COUNT),
-        ("eps", ctypes.c_float),
-        ("scale", ctypes.c_float),
-    ]
-
-
-def _layer_struct(layer) -> tuple[_Layer, list[np.ndarray]]:
+def _layer_struct(kernels: Kernels, layer) -> tuple[object, list[np.ndarray]]:
+    """``layer``'s ``struct codec_layer`` and the host arrays it points to."""
     attention = layer.self_attn
     width = attention.embed_dim
 
@@ -76,41 +49,44 @@ def _layer_struct(layer) -> tuple[_Layer, list[np.ndarray]]:
             return np.ones(width, np.float32)  # times 1 changes no number
         return host_view(module.scale)
 
-    views = [
-        host_view(layer.norm1.weight),
-        host_view(layer.norm1.bias),
-        host_view(attention.in_proj.weight),
-        host_view(attention.out_proj.weight),
-        scale(layer.layer_scale_1),
-        host_view(layer.norm2.weight),
-        host_view(layer.norm2.bias),
-        host_view(layer.ffn[0].weight),
-        host_view(layer.ffn[2].weight),
-        scale(layer.layer_scale_2),
-    ]
-    struct = _Layer(
-        *[view.ctypes.data for view in views],
-        width=width,
-        heads=attention.num_heads,
-        inner=layer.ffn[0].weight.shape[0],
-        context=attention.context or 0,
-        eps=layer.norm1.eps,
-        scale=attention.head_dim**-0.5,
+    weights = {
+        "norm1_w": host_view(layer.norm1.weight),
+        "norm1_b": host_view(layer.norm1.bias),
+        "in_w": host_view(attention.in_proj.weight),
+        "out_w": host_view(attention.out_proj.weight),
+        "scale1": scale(layer.layer_scale_1),
+        "norm2_w": host_view(layer.norm2.weight),
+        "norm2_b": host_view(layer.norm2.bias),
+        "ffn_in_w": host_view(layer.ffn[0].weight),
+        "ffn_out_w": host_view(layer.ffn[2].weight),
+        "scale2": scale(layer.layer_scale_2),
+    }
+    struct = kernels.struct(
+        "codec_layer",
+        {
+            **weights,
+            "width": width,
+            "heads": attention.num_heads,
+            "inner": layer.ffn[0].weight.shape[0],
+            "context": attention.context or 0,
+            "eps": layer.norm1.eps,
+            "scale": attention.head_dim**-0.5,
+        },
     )
-    return struct, views
+    return struct, list(weights.values())
 
 
 class _Stage:
     """A transformer stage: its projections (``None``: the identity), its
     layers as C structs, and its rotation's frequencies."""
 
-    def __init__(self, stage: ProjectedTransformer):
+    def __init__(self, stage: ProjectedTransformer, kernels: Kernels):
         def projection(module) -> np.ndarray | None:
             return None if isinstance(module, Identity) else host_view(module.weight)
 
         self.input = projection(stage.input_proj)
         self.output = projection(stage.output_proj)
-        self.layers = [_layer_struct(layer) for layer in stage.transformer.layers]
+        self.layers = [_layer_struct(kernels, layer) for layer in stage.transformer.layers]
         attention = stage.transformer.layers[0].self_attn
         self.heads, self.dim = attention.num_heads, attention.head_dim
         exponents = mx.arange(self.dim // 2, dtype=mx.float32)
@@ -202,24 +178,14 @@ class HostDecoder:
     """The host side of one codec's decoder; ``fast``: with the fast mode's
     attention (``codec_layer``), else every number MLX's."""
 
-    def __init__(
-        self, codec: MossAudioTokenizer, n_vq: int, kernels: Kernels, library, fast: bool
-    ):
+    def __init__(self, codec: MossAudioTokenizer, n_vq: int, kernels: Kernels, fast: bool):
         self._codec = codec
         self._n_vq = n_vq
         self._kernels = kernels
         self.fast = fast
-        library.codec_layer.argtypes = [
-            ctypes.POINTER(_Layer),
-            COUNT,
-            *[POINTER] * 9,
-            ctypes.c_int,
-        ]
-        library.codec_layer.restype = None
-        self._layer = library.codec_layer
         self._quantizer = _Quantizer(codec.quantizer)
         self._stages = [
-            _Stage(stage) if isinstance(stage, ProjectedTransformer) else None
+            _Stage(stage, kernels) if isinstance(stage, ProjectedTransformer) else None
             for stage in codec.decoder
         ]
         self._work = np.empty(0, np.float32)
@@ -302,18 +268,19 @@ class HostDecoder:
             capacities[:] = [history.keys.shape[1] for history in histories]
             kept[:] = [history.kept for history in histories]
             self._room(layer, len(x), max(lengths), count, int((kept + steps).max()))
-            self._layer(
-                ctypes.byref(layer),
+            at = self._kernels.at
+            self._kernels.codec_layer(
+                layer,
                 count,
-                steps.ctypes.data,
-                x.ctypes.data,
-                keys.ctypes.data,
-                values.ctypes.data,
-                capacities.ctypes.data,
-                kept.ctypes.data,
-                cos.ctypes.data,
-                sin.ctypes.data,
-                self._work.ctypes.data,
+                at(steps),
+                at(x),
+                at(keys),
+                at(values),
+                at(capacities),
+                at(kept),
+                at(cos),
+                at(sin),
+                at(self._work),
                 self.fast,
             )
             for history, now in zip(histories, kept.tolist(), strict=True):
@@ -324,9 +291,7 @@ class HostDecoder:
             return x.T
         return self._kernels.through(self._kernels.rows_product, x, stage.output).T
 
-    def _room(
-        self, layer: _Layer, total: int, longest: int, requests: int, span: int
-    ) -> None:
+    def _room(self, layer, total: int, longest: int, requests: int, span: int) -> None:
         dim = layer.width // layer.heads
         needed = total * (6 * layer.width + 2 * layer.inner) + longest * 2 * dim
         fast_scratch = requests * layer.heads * (span + dim) * _LANES
@@ -367,9 +332,9 @@ def host_decoder(
         for layer in stage.transformer.layers
     ):
         return None
-    kernels = Kernels(activations.library, ctypes.CDLL(blas))
+    kernels = Kernels(activations.native, blas)
     trust_chained_shapes(kernels, _product_shapes(stages), np.random.default_rng(6))
-    decoder = HostDecoder(codec, n_vq, kernels, activations.library, fast=False)
+    decoder = HostDecoder(codec, n_vq, kernels, fast=False)
     rounds = _check_frames(codec, n_vq)
     exact = _host_rounds(decoder, rounds)
     if not _matches_mlx(exact, rounds, codec, n_vq):

@@ -5,7 +5,7 @@ at Nano's full size, each with a little work between them. Through MLX, each
 piece is a graph evaluated on its own stream thread, and the waits between
 them cost about as much as the products. Here the whole frame runs on the
 worker thread: each block is one call into the C library
-(``nano_kernels.c``: layer norm, rotation, attention and GELU as MLX
+(``csrc/``: layer norm, rotation, attention and GELU as MLX
 computes them), and each head's draw is in C too, with the uniforms MLX
 draws from the requests' keys (its Threefry hash, in C). A request's
 prompt runs all its rows through each product at once with sgemm's numbers,
@@ -36,7 +36,6 @@ and their uniforms with MLX's, and the own product with float64 sums
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import weakref
@@ -59,9 +58,9 @@ from ..families.moss_nano.sampling import (
 )
 from .caches import HostJob, cache_addresses, copied_to_host, entered
 from .kernels import (
+    BLOCK_FIELDS,
     BLOCK_LAYERS,
     PANELLED_LAYERS,
-    Block,
     Kernels,
     Picks,
     host_view,
@@ -91,8 +90,8 @@ class _Transformer:
     """One transformer's blocks as C structs over host views of its weights,
     and its RoPE tables, grown as positions are reached."""
 
-    def __init__(self, transformer, panelled: bool = False):
-        self.blocks = [_block_struct(block, panelled) for block in transformer.h]
+    def __init__(self, transformer, kernels: Kernels, panelled: bool = False):
+        self.blocks = [_block_struct(kernels, block, panelled) for block in transformer.h]
         first = transformer.h[0].attn
         self.heads, self.width = first.num_heads, transformer.h[0].ln_1.weight.shape[0]
         self.dim = self.width // self.heads
@@ -138,28 +137,28 @@ class _Transformer:
         return rows + self._positions[positions]
 
 
-def _block_struct(block, panelled: bool) -> tuple[Block, list[np.ndarray]]:
-    """``block``'s struct and the host arrays it points to (with
+def _block_struct(kernels: Kernels, block, panelled: bool) -> tuple[object, list]:
+    """``block``'s ``struct block`` and the host arrays it points to (with
     ``panelled``, the panels of its ``PANELLED_LAYERS`` too)."""
     layers = [functools.reduce(getattr, name.split("."), block) for name in BLOCK_LAYERS]
     views = [host_view(array) for layer in layers for array in (layer.weight, layer.bias)]
     fields = {}
+    for index, field in enumerate(BLOCK_FIELDS):
+        fields[f"{field}_w"], fields[f"{field}_b"] = views[2 * index : 2 * index + 2]
     for field, name in PANELLED_LAYERS.items():
         weight = views[2 * BLOCK_LAYERS.index(name)]
         panel = panels(weight) if panelled else None
         if panel is not None:
             views.append(panel)
-            fields[f"{field}_panel"] = panel.ctypes.data
-    struct = Block(
-        *[view.ctypes.data for view in views[: 2 * len(BLOCK_LAYERS)]],
+            fields[f"{field}_panel"] = panel
+    fields.update(
         width=block.ln_1.weight.shape[0],
         heads=block.attn.num_heads,
         inner=block.mlp.fc_in.weight.shape[0],
         eps=block.ln_1.eps,
         scale=block.attn.scale,
-        **fields,
     )
-    return struct, views
+    return kernels.struct("block", fields), views
 
 
 class HostStep:
@@ -178,10 +177,10 @@ class HostStep:
         self.own_for_sampling = own_for_sampling
         self._stacking = stacking  # prompts may share their products
         self._prompt_shapes = _prompt_shapes(model)
-        self._global = _Transformer(model.transformer)
+        self._global = _Transformer(model.transformer, kernels)
         # read 17 times a frame, the local weights' panels (where its products
         # chain: ``panelled``) repay their memory
-        self._local = _Transformer(model.local_transformer, panelled=panelled)
+        self._local = _Transformer(model.local_transformer, kernels, panelled=panelled)
         config = model.config
         self._n_vq = config.n_vq
         text = host_view(model.transformer.wte.weight)
@@ -391,44 +390,46 @@ class HostStep:
             self._work = np.empty(floats + 1024, dtype=np.float32)
         return self._work
 
-    def _prompt_block(self, block: Block, x, caches, starts, counts, cos, sin, work):
+    def _prompt_block(self, block, x, caches, starts, counts, cos, sin, work):
         """One block over prompts' rows stacked in ``x``, in place
         (``caches``: each prompt's keys and values of this layer)."""
         keys, values, capacities = cache_addresses(caches)
         starts, counts = (np.array(each, dtype=np.int64) for each in (starts, counts))
+        at = self._kernels.at
         self._kernels.block_prompts(
-            ctypes.byref(block),
+            block,
             len(caches),
-            counts.ctypes.data,
-            x.ctypes.data,
-            keys.ctypes.data,
-            values.ctypes.data,
-            capacities.ctypes.data,
-            starts.ctypes.data,
-            _address(cos),
-            _address(sin),
-            work.ctypes.data,
+            at(counts),
+            at(x),
+            at(keys),
+            at(values),
+            at(capacities),
+            at(starts),
+            at(cos),
+            at(sin),
+            at(work),
         )
 
-    def _block(self, block: Block, x, caches, positions, cos, sin, own: bool) -> None:
+    def _block(self, block, x, caches, positions, cos, sin, own: bool) -> None:
         """One block over rows of several jobs (``caches``: each one's keys
         and values of this layer), in place."""
         scratch = block.width // block.heads + int(positions.max()) + 1  # a row's attention
         work = self._scratch(len(x) * (5 * block.width + 2 * block.inner + scratch))
         keys, values, capacities = cache_addresses(caches)
         positions = np.ascontiguousarray(positions, dtype=np.int64)  # kept while C reads it
+        at = self._kernels.at
         self._kernels.block_rows(
-            ctypes.byref(block),
+            block,
             len(x),
-            x.ctypes.data,
-            keys.ctypes.data,
-            values.ctypes.data,
-            capacities.ctypes.data,
-            positions.ctypes.data,
-            _address(cos),
-            _address(sin),
+            at(x),
+            at(keys),
+            at(values),
+            at(capacities),
+            at(positions),
+            at(cos),
+            at(sin),
             int(own),
-            work.ctypes.data,
+            at(work),
         )
 
     def _uniforms(self, jobs: list) -> list[Iterator[float]]:
@@ -454,10 +455,6 @@ class HostStep:
         if not is_random(sampler):
             return int(np.argmax(logits))
         return self._kernels.draw(logits, sampler, next(uniforms))
-
-
-def _address(table: np.ndarray | None):
-    return None if table is None else table.ctypes.data
 
 
 _CHECKED_SAMPLERS = (
@@ -513,7 +510,7 @@ def host_step(model: Model, activations: ExactActivations, blas: str) -> HostSte
         for block in blocks
     ):
         return None
-    kernels = Kernels(activations.library, ctypes.CDLL(blas))
+    kernels = Kernels(activations.native, blas)
     generator = np.random.default_rng(5)
     shapes = _product_shapes(model)
     trust_chained_shapes(kernels, shapes, generator)  # a prompt's products

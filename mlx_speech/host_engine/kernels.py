@@ -1,5 +1,5 @@
 """The C library's entries for rows on host buffers, bound to the BLAS MLX
-calls (``nano_kernels.c``): the block struct, the products, layer norm
+calls (``csrc/``): the block struct, the products, layer norm
 and the heads' draws; and the load checks that decide where the library's
 product orders may stand in for ``sgemm``. The frame step (``frame_step``)
 and the codec decoder (``codec_decoder``) build on them.
@@ -14,15 +14,13 @@ import numpy as np
 
 from ..families.moss_nano.sampling import HeadSampler, _filtered_draw
 
-POINTER = ctypes.c_void_p
-COUNT = ctypes.c_long
-
-
 # A block's layers in the order of ``struct block``'s pointers: each its
 # weight, then its bias.
 BLOCK_LAYERS = ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.fc_in", "mlp.fc_out")
-# The layers whose weights may also be laid out in panels, in ``struct
-# block``'s order, each named as its C field.
+# Their fields in ``struct block``, in the same order.
+BLOCK_FIELDS = ("ln_1", "attn", "proj", "ln_2", "fc_in", "fc_out")
+# The layers whose weights may also be laid out in panels, each named as its
+# field in ``struct block`` (``<name>_panel``).
 PANELLED_LAYERS = {"attn": "attn.c_attn", "fc_in": "mlp.fc_in", "fc_out": "mlp.fc_out"}
 # The outputs of a panel (``PANEL`` in the C library).
 PANEL = 16
@@ -32,82 +30,52 @@ PANEL = 16
 CHAIN_LENGTHS = range(16, 1025, 16)
 
 
-class Block(ctypes.Structure):
-    """``struct block`` of the C library."""
-
-    _fields_ = [
-        *[
-            (f"{layer.replace('.', '_')}_{part}", POINTER)
-            for layer in BLOCK_LAYERS
-            for part in ("weight", "bias")
-        ],
-        ("width", COUNT),
-        ("heads", COUNT),
-        ("inner", COUNT),
-        ("eps", ctypes.c_float),
-        ("scale", ctypes.c_float),
-        *[(f"{layer}_panel", POINTER) for layer in PANELLED_LAYERS],
-    ]
-
-
 class Kernels:
-    """The library's row functions, bound to the BLAS MLX calls."""
+    """The library's row functions (``native``: the built module, with its
+    ``ffi`` and ``lib``; every entry of ``lib`` is an attribute), bound to
+    the BLAS library at ``blas`` (the one MLX calls)."""
 
-    def __init__(self, library: ctypes.CDLL, blas: ctypes.CDLL):
-        library.use_blas.argtypes = [POINTER]
-        library.use_blas(ctypes.cast(blas.cblas_sgemm, POINTER))
-        # each entry's C signature, as letters: p pointer, n count, f float,
-        # i int, b the block struct; the result: v none, n a count
-        signatures = {
-            "rows_product": "pnpppnn:v",
-            "sgemm_product": "pnpppnn:v",
-            "chained_product": "pnpppnn:v",
-            "panel_product": "pnpppnn:v",
-            "chained_applies": "nnn:n",
-            "small_kernel_takes": "nnn:n",
-            "trust_chained": "nn:n",
-            "use_chain_length": "n:v",
-            "lone_product": "pnpppnn:v",
-            "lone_order_product": "pnpppnn:v",
-            "trust_lone": "nn:n",
-            "columns_product": "pnppnn:v",
-            "own_product": "pnpppnn:v",
-            "layer_norm": "pppfpnn:v",
-            "block_rows": "bnpppppppip:v",
-            "block_prompts": "bnppppppppp:v",
-            "pick_rows": "pnnppppppppnpp:v",
-            "draw_uniforms": "pnnp:v",
-        }
-        types = {"p": POINTER, "n": COUNT, "f": ctypes.c_float, "i": ctypes.c_int}
-        types["b"], types["v"] = ctypes.POINTER(Block), None
-        for name, signature in signatures.items():
-            arguments, result = signature.split(":")
-            entry = getattr(library, name)
-            entry.argtypes = [types[letter] for letter in arguments]
-            entry.restype = types[result]
-            setattr(self, name, entry)
-        address = ctypes.cast(blas.cblas_sgemm, POINTER).value
-        if address not in _CHAIN_LENGTH_FOUND:
-            _CHAIN_LENGTH_FOUND[address] = _chain_length(self)
-        self.chain_length = _CHAIN_LENGTH_FOUND[address]
+    def __init__(self, native, blas: str):
+        self.ffi, self.lib = native.ffi, native.lib
+        sgemm = ctypes.cast(ctypes.CDLL(blas).cblas_sgemm, ctypes.c_void_p).value
+        self.lib.use_blas(self.ffi.cast("void *", sgemm))
+        if sgemm not in _CHAIN_LENGTH_FOUND:
+            _CHAIN_LENGTH_FOUND[sgemm] = _chain_length(self)
+        self.chain_length = _CHAIN_LENGTH_FOUND[sgemm]
         if self.chain_length is not None:  # without one, no chained order is trusted
-            self.use_chain_length(self.chain_length)
+            self.lib.use_chain_length(self.chain_length)
+
+    def __getattr__(self, name: str):
+        return getattr(self.lib, name)
+
+    def at(self, array: np.ndarray | None):
+        """A C pointer to ``array``'s data (``None``: NULL); the caller keeps
+        the array alive while C reads it."""
+        if array is None:
+            return self.ffi.NULL
+        return self.ffi.cast("void *", array.ctypes.data)
+
+    def struct(self, name: str, fields: dict):
+        """A new ``struct name`` with ``fields`` (arrays become pointers to
+        their data; the caller keeps them alive as long as the struct)."""
+        values = {
+            field: self.at(value) if isinstance(value, np.ndarray) else value
+            for field, value in fields.items()
+        }
+        return self.ffi.new(f"struct {name} *", values)
 
     def products(self, x: np.ndarray, weight: np.ndarray, own: bool = False) -> np.ndarray:
         """``x @ weight.T`` for rows ``x`` (``[rows, ins]``): each row's
         numbers MLX's for that row alone, or the library's own product."""
         return self.through(self.own_product if own else self.lone_product, x, weight)
 
-    @staticmethod
-    def through(product, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+    def through(self, product, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
         """``x @ weight.T (+ bias)`` by one of the library's products."""
         outs, ins = weight.shape
         x = np.ascontiguousarray(x, dtype=np.float32)
         out = np.empty((len(x), outs), dtype=np.float32)
-        added = None if bias is None else bias.ctypes.data
-        product(
-            x.ctypes.data, len(x), weight.ctypes.data, added, out.ctypes.data, outs, ins
-        )
+        at = self.at
+        product(at(x), len(x), at(weight), at(bias), at(out), outs, ins)
         return out
 
     def columns(self, columns: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -117,9 +85,8 @@ class Kernels:
         columns = np.ascontiguousarray(columns, dtype=np.float32)
         out = np.empty((columns.shape[1], outs), dtype=np.float32)
         rows = columns.shape[1]
-        self.columns_product(
-            columns.ctypes.data, rows, weight.ctypes.data, out.ctypes.data, outs, ins
-        )
+        at = self.at
+        self.columns_product(at(columns), rows, at(weight), at(out), outs, ins)
         return out
 
     def picks(
@@ -142,7 +109,7 @@ class Kernels:
         ``keys`` (MLX keys, ``[sequences, 2]`` uint32, advanced in place) →
         ``[count, sequences]``."""
         out = np.empty((count, len(keys)), dtype=np.float32)
-        self.draw_uniforms(keys.ctypes.data, len(keys), count, out.ctypes.data)
+        self.draw_uniforms(self.at(keys), len(keys), count, self.at(out))
         return out
 
     def draw(self, logits: np.ndarray, sampler: HeadSampler, uniform: float) -> int:
@@ -152,15 +119,8 @@ class Kernels:
 
     def norm(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
         out = np.empty_like(x)
-        self.layer_norm(
-            x.ctypes.data,
-            weight.ctypes.data,
-            bias.ctypes.data,
-            eps,
-            out.ctypes.data,
-            x.size,
-            x.shape[-1],
-        )
+        at = self.at
+        self.layer_norm(at(x), at(weight), at(bias), eps, at(out), x.size, x.shape[-1])
         return out
 
 
@@ -224,21 +184,22 @@ class Picks:
         seen = self._seen + self._head_strides * np.uintp(head)
         drawn = np.array(uniforms, dtype=np.float32)
         codes = np.empty(rows, dtype=np.int64)
+        at = self._kernels.at
         self._kernels.pick_rows(
-            logits.ctypes.data,
+            at(logits),
             rows,
             vocab,
-            seen.ctypes.data,
-            self._penalties.ctypes.data,
-            self._temperatures.ctypes.data,
-            self._top_ks.ctypes.data,
-            self._top_ps.ctypes.data,
-            self._thresholds.ctypes.data,
-            drawn.ctypes.data,
-            self._work.ctypes.data,
+            at(seen),
+            at(self._penalties),
+            at(self._temperatures),
+            at(self._top_ks),
+            at(self._top_ps),
+            at(self._thresholds),
+            at(drawn),
+            at(self._work),
             self._work_row,
-            self._ranks.ctypes.data,
-            codes.ctypes.data,
+            at(self._ranks),
+            at(codes),
         )
         for row in np.flatnonzero(codes < 0):
             draw = _filtered_draw(

@@ -1,5 +1,5 @@
-"""The host engine's C library (``nano_kernels.c``): built, loaded, and its
-activations checked against MLX's.
+"""The host engine's C library (``csrc/``): loaded, and its activations
+checked against MLX's.
 
 MLX's CPU backend on Linux computes ``tanh`` and ``pow`` one element at a time
 through the C library, and ``erf`` and ``exp`` from its own formulas through
@@ -14,28 +14,23 @@ elsewhere ``powf`` itself); attention over 4 heads × 1216 × 1216 scores,
 composed with this softmax, 58 ms instead of 131. The rest of the library
 (products, blocks, draws, the codec layer) is bound in ``kernels``.
 
-The library is compiled with the system's C compiler (``$CC``, else ``cc``)
-the first time it is needed on a machine and kept in the user's cache
-directory. Before a function is used, its results on probes (every magnitude,
-both signs, zeros, infinities; rows of scores, partly masked; attention
-composed with it against MLX's) are compared bit for bit with MLX's; a
-function that differs anywhere (another C library, another MLX) is not used.
+The library (``csrc/``, its interface declared in ``nano_kernels.h``) is
+built by ``pip install`` on Linux, as the cffi module ``_nano_kernels``
+(``setup.py``), for the CPU it is installed on; where that build failed
+there is no module, and the host engine cannot run. Before a function is
+used, its results on probes (every magnitude, both signs, zeros,
+infinities; rows of scores, partly masked; attention composed with it
+against MLX's) are compared bit for bit with MLX's; a function that differs
+anywhere (another C library, another MLX) is not used.
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
+import importlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -44,15 +39,6 @@ from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
 
 log = logging.getLogger("mlx_speech.engine")
 
-SOURCE = Path(__file__).with_name("nano_kernels.c")
-FLAGS = (
-    "-O3",
-    "-march=native",
-    "-ffp-contract=off",  # fuse no multiply-add that MLX does not fuse
-    "-fno-trapping-math",
-    "-fPIC",
-    "-shared",
-)
 _PROBE_SIZE = 1 << 18
 
 HostFunction = Callable[[mx.array], mx.array]
@@ -64,18 +50,18 @@ class ExactActivations:
     ``softmax`` (over the last axis, as ``mx.softmax(..., precise=True)``,
     also checked inside ``scaled_dot_product_attention``)."""
 
-    def __init__(self, library: ctypes.CDLL):
-        self.library = library  # its other entries are checked where they are used
+    def __init__(self, native):
+        self.native = native  # its other entries are checked where they are used
         probes = [_probe()]
-        self.cubes_ported = _port_cubes(library, [*probes, _wide_probe()])
+        self.cubes_ported = _port_cubes(native, [*probes, _wide_probe()])
         self.gelu_tanh = _checked(
-            _host_function(library.gelu_tanh), gelu_new, "gelu_tanh", probes
+            _host_function(native, "gelu_tanh"), gelu_new, "gelu_tanh", probes
         )
         self.gelu_erf = _checked(
-            _host_function(library.gelu_erf), _exact_gelu, "gelu_erf", probes
+            _host_function(native, "gelu_erf"), _exact_gelu, "gelu_erf", probes
         )
         self.softmax = _checked(
-            _host_function(library.softmax, per_row=True),
+            _host_function(native, "softmax", per_row=True),
             _mlx_softmax,
             "softmax",
             _softmax_probe(),
@@ -121,7 +107,7 @@ _loaded: list[ExactActivations | Unavailable] = []
 
 
 def exact_activations() -> ExactActivations:
-    """The checked library, built and loaded on first use (MLX's thread: the
+    """The checked library, loaded on first use (MLX's thread: the
     check runs MLX); raises ``Unavailable`` where it cannot be."""
     with _lock:
         if not _loaded:
@@ -140,57 +126,27 @@ def _load() -> ExactActivations:
     if mx.default_device() != mx.cpu:
         raise Unavailable("MLX runs on the GPU here")
     try:
-        library = ctypes.CDLL(str(_built()))
-    except (OSError, subprocess.SubprocessError) as error:
-        raise Unavailable(f"its C library is unavailable: {error}") from error
-    return ExactActivations(library)
+        native = importlib.import_module(f"{__package__}._nano_kernels")
+    except ImportError as error:
+        raise Unavailable(
+            "its C library was not built when mlx-speech was installed (it needs a C "
+            "compiler and cffi then; reinstall with them to build it)"
+        ) from error
+    return ExactActivations(native)
 
 
-def _built() -> Path:
-    """The compiled library for this source, compiler flags and CPU (the
-    flags target the CPU it is built on), compiling it if needed."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise OSError("no C compiler found")
-    identity = hashlib.sha256(SOURCE.read_bytes())
-    identity.update(" ".join((compiler, *FLAGS, platform.machine(), _cpu_flags())).encode())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlx-speech"
-    target = cache / f"nano_kernels-{identity.hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as work:
-        built = Path(work) / target.name
-        command = [compiler, *FLAGS, str(SOURCE), "-o", str(built), "-lm", "-lpthread"]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        if result.returncode != 0:
-            raise OSError(f"{compiler} failed: {result.stderr.strip()[-500:]}")
-        os.replace(built, target)  # atomic: another process may build it too
-    return target
-
-
-def _cpu_flags() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-    return next(
-        (line for line in info.splitlines() if line.startswith(("flags", "Features"))), ""
-    )
-
-
-def _host_function(entry, per_row: bool = False) -> HostFunction:
-    """``entry(x, out, size)`` as a function of an MLX array; with
-    ``per_row`` it also takes the length of the last axis (the softmax's)."""
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, *[ctypes.c_long] * (1 + per_row)]
-    entry.restype = None
+def _host_function(native, name: str, per_row: bool = False) -> HostFunction:
+    """The library's ``name(x, out, size)`` as a function of an MLX array;
+    with ``per_row`` it also takes the length of the last axis (the
+    softmax's)."""
+    entry, ffi = getattr(native.lib, name), native.ffi
 
     def run(x: mx.array) -> mx.array:
         mx.eval(x)
         values = np.ascontiguousarray(x, dtype=np.float32)
         out = np.empty_like(values)
         sizes = (values.size, values.shape[-1]) if per_row else (values.size,)
-        entry(values.ctypes.data, out.ctypes.data, *sizes)
+        entry(ffi.from_buffer("float[]", values), ffi.from_buffer("float[]", out), *sizes)
         return mx.array(out)
 
     return run
@@ -216,17 +172,15 @@ def _checked(
     return function
 
 
-def _port_cubes(library: ctypes.CDLL, probes: list[mx.array]) -> bool:
+def _port_cubes(native, probes: list[mx.array]) -> bool:
     """Has the library take ``gelu_new``'s cubes from its vectorized port of
     glibc's ``powf`` where that is the variant it reproduces and gives MLX's
     ``x ** 3`` on ``probes``; else from ``powf`` itself."""
-    library.port_cubes.argtypes = [ctypes.c_int]
-    library.port_cubes.restype = ctypes.c_int
-    if not library.port_cubes(1):
+    if not native.lib.port_cubes(1):
         return False
-    cubes = _host_function(library.cubes)
+    cubes = _host_function(native, "cubes")
     if _checked(cubes, lambda x: mx.power(x, 3), "the ported cube", probes) is None:
-        library.port_cubes(0)
+        native.lib.port_cubes(0)
         return False
     return True
 

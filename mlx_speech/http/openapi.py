@@ -252,7 +252,10 @@ def _other_routes() -> dict[str, Any]:
     return {
         "/v1/models": get("The loaded model (OpenAI's list shape)"),
         "/v1/audio/models": get("The speech models, as Open WebUI lists them"),
-        "/health": get("200 when ready; 503 while loading or when loading failed"),
+        "/health": get(
+            "200 when ready, with the model, its backend (mlx or host) and MLX's "
+            "device (cpu or gpu); 503 while loading or when loading failed"
+        ),
         "/metrics": get("Prometheus text", "text/plain"),
         "/openapi.json": get("This document"),
         "/": get("The page: type, pick or clone a voice, hear it stream", "text/html"),

@@ -6,7 +6,6 @@ load check trusts."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +14,9 @@ import numpy as np
 import pytest
 
 from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES
+from tests.tts.support.host_engine import needs_host_library
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
-    reason="the chained product needs the C library (Linux, a C compiler)",
-)
+pytestmark = needs_host_library
 
 OPENBLAS = next((path for path in OPENBLAS_LIBRARIES if Path(path).exists()), None)
 
@@ -50,7 +47,7 @@ from mlx_speech.host_engine.kernels import (
 blas = ctypes.CDLL(mlx_blas())
 assert "openblas" in mlx_blas(), mlx_blas()
 blas.openblas_get_corename.restype = ctypes.c_char_p
-kernels = Kernels(exact_activations().library, blas)
+kernels = Kernels(exact_activations().native, mlx_blas())
 generator = np.random.default_rng(3)
 shapes = {_SHAPES!r}
 trusted, lone = [], []
@@ -123,7 +120,7 @@ for shape, rows, w, x, added, theirs in products():
 honest = kernels.sgemm_product
 def nudged(x, rows, w, bias, out, outs, ins):
     honest(x, rows, w, bias, out, outs, ins)
-    first = ctypes.cast(out, ctypes.POINTER(ctypes.c_float))
+    first = kernels.ffi.cast("float *", out)
     first[0] = np.nextafter(np.float32(first[0]), np.float32(np.inf))
 kernels.sgemm_product, trusted[:], lone[:] = nudged, [], []
 trust_chained_shapes(kernels, set(shapes), generator)
@@ -175,21 +172,17 @@ def test_the_load_checks_trust_only_sgemms_numbers():
 
 
 def _kernels():
-    import ctypes
-
     from mlx_speech.host_engine.blas import mlx_blas
     from mlx_speech.host_engine.kernels import Kernels
     from mlx_speech.host_engine.library import exact_activations
 
-    return Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+    return Kernels(exact_activations().native, mlx_blas())
 
 
 def _from_panels(kernels, x, panel, bias, outs: int, ins: int):
     out = np.empty((len(x), outs), dtype=np.float32)
-    added = None if bias is None else bias.ctypes.data
-    kernels.panel_product(
-        x.ctypes.data, len(x), panel.ctypes.data, added, out.ctypes.data, outs, ins
-    )
+    at = kernels.at
+    kernels.panel_product(at(x), len(x), at(panel), at(bias), at(out), outs, ins)
     return out
 
 
@@ -229,14 +222,14 @@ def test_only_whole_panels_are_made():
 
 
 _PANELS_IN_A_FRAME_STEP = """
-import ctypes, numpy as np, mlx.core as mx
+import numpy as np, mlx.core as mx
 from mlx_audio.tts.models.moss_tts_nano.gpt2 import GPT2Config, GPT2Model
 from mlx_speech.host_engine.blas import mlx_blas
 from mlx_speech.host_engine.library import exact_activations
 from mlx_speech.host_engine.kernels import BLOCK_LAYERS, Kernels
 from mlx_speech.host_engine.frame_step import HostStep, _Transformer
 
-kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+kernels = Kernels(exact_activations().native, mlx_blas())
 # a block whose MLP products chain (too large for OpenBLAS's small kernel),
 # trusted here whatever this BLAS is: both sides then run the chained order
 config = GPT2Config(n_embd=256, n_layer=1, n_head=4, n_inner=4096)
@@ -246,7 +239,7 @@ for outs, ins in ((4096, 256), (256, 4096)):
     assert kernels.trust_lone(outs, ins) and not kernels.small_kernel_takes(1, outs, ins)
 host = HostStep.__new__(HostStep)
 host._kernels, host._work = kernels, np.empty(0, dtype=np.float32)
-plain, panelled = _Transformer(model), _Transformer(model, panelled=True)
+plain, panelled = _Transformer(model, kernels), _Transformer(model, kernels, panelled=True)
 assert not plain.blocks[0][0].fc_in_panel and panelled.blocks[0][0].fc_in_panel
 assert plain.panel_bytes == 0
 assert panelled.panel_bytes == 4 * (768 * 256 + 4096 * 256 + 256 * 4096)
@@ -272,7 +265,7 @@ for count in (1, 8):
         panel[...] = 0  # the step reads the panels: now it differs
     generator.bit_generator.state = state
     assert not np.array_equal(step(panelled, count), theirs), count
-    panelled = _Transformer(model, panelled=True)
+    panelled = _Transformer(model, kernels, panelled=True)
 print("ok")
 """
 

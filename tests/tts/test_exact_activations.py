@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
 import platform
-import shutil
 import sys
 
 import mlx.core as mx
@@ -19,11 +16,9 @@ from mlx_speech.families.moss_nano.blocks import activate_rows
 from mlx_speech.families.moss_nano.codec_math import EXACT, codec_math
 from mlx_speech.host_engine import library
 from mlx_speech.host_engine.engine import HostEngine
+from tests.tts.support.host_engine import needs_host_library
 
-needs_library = pytest.mark.skipif(
-    sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
-    reason="the C library is built on Linux with a C compiler",
-)
+needs_library = needs_host_library
 
 
 def _bits(array: mx.array) -> np.ndarray:
@@ -108,10 +103,11 @@ def test_both_gelus_equal_mlx_bit_for_bit(shape):
 
 
 def _cubes(kernels, x: np.ndarray) -> np.ndarray:
-    entry = kernels.library.cubes
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+    ffi = kernels.native.ffi
     out = np.empty_like(x)
-    entry(x.ctypes.data, out.ctypes.data, x.size)
+    kernels.native.lib.cubes(
+        ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out), x.size
+    )
     return out
 
 
@@ -138,14 +134,14 @@ def test_a_cube_port_that_differs_from_mlx_is_not_used(monkeypatch):
     kernels = library.exact_activations()
     monkeypatch.setattr(library, "_checked", lambda *arguments: None)
     try:
-        assert library._port_cubes(kernels.library, [library._probe()]) is False
+        assert library._port_cubes(kernels.native, [library._probe()]) is False
         values = _values(3 * 4099, seed=5)
         theirs = np.asarray(mx.power(values, 3))
         assert np.array_equal(_cubes(kernels, np.asarray(values)), theirs)
         values = values.reshape(3, 4099)
         assert (_bits(kernels.gelu_tanh(values)) == _bits(gelu_new(values))).all()
     finally:
-        kernels.library.port_cubes(int(kernels.cubes_ported))
+        kernels.native.lib.port_cubes(int(kernels.cubes_ported))
 
 
 @needs_library
@@ -158,12 +154,12 @@ def test_the_transformer_and_codec_activations_take_them_with_mlx_numbers():
     assert (_bits(codec_math(ops).gelu(values)) == _bits(_exact_gelu(values))).all()
 
 
-def test_without_a_compiler_the_engine_is_unavailable_and_mlx_computes_the_same(
-    tmp_path, monkeypatch
+def test_without_its_library_the_engine_is_unavailable_and_mlx_computes_the_same(
+    monkeypatch,
 ):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    with pytest.raises(library.Unavailable, match="C library is unavailable"):
+    """As where the build at install failed: no ``_nano_kernels`` module."""
+    monkeypatch.setitem(sys.modules, "mlx_speech.host_engine._nano_kernels", None)
+    with pytest.raises(library.Unavailable, match="C library was not built when"):
         library._load()
     values = _values(4 * 3072, seed=3).reshape(1, 4, 3072)
     assert (_bits(activate_rows(values, "gelu_new")) == _bits(gelu_new(values))).all()

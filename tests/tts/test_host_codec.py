@@ -5,9 +5,6 @@ attention's context."""
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import sys
 
 import mlx.core as mx
 import numpy as np
@@ -17,12 +14,9 @@ from mlx_speech.engine.worker import shared_engine
 from mlx_speech.families.moss_nano.codec import DecoderState, decode_together
 from mlx_speech.host_engine import codec_decoder as host_codec
 from mlx_speech.host_engine.codec_decoder import HostDecoder
-from tests.tts.support.host_engine import host_decoder_for
+from tests.tts.support.host_engine import host_decoder_for, needs_host_library
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
-    reason="the host decoder needs the C library (Linux, a C compiler)",
-)
+pytestmark = needs_host_library
 
 
 # The fast mode's contract for the audio (docs/speech.md, "Speed").

@@ -3,8 +3,6 @@ alone and for requests stepped together, joining and leaving."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,12 +25,9 @@ from mlx_speech.families.moss_nano.sampling import (
 from mlx_speech.families.moss_nano.service import TEXT_HEAD
 from mlx_speech.host_engine import frame_step as host_step_module
 from mlx_speech.host_engine.frame_step import HostStep
-from tests.tts.support.host_engine import host_step_for
+from tests.tts.support.host_engine import host_step_for, needs_host_library
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not (os.environ.get("CC") or shutil.which("cc")),
-    reason="the host step needs the C library (Linux, a C compiler)",
-)
+pytestmark = needs_host_library
 
 SAMPLED = HeadSampler(0.8, 25, 0.95)
 
@@ -275,8 +270,8 @@ def test_products_shared_with_a_busy_core_are_whole_and_the_same(host):
                 first = None
                 for _ in range(150):
                     out = np.full((rows, 1030), np.nan, dtype=np.float32)
-                    pointers = (x.ctypes.data, rows, w.ctypes.data, None, out.ctypes.data)
-                    product(*pointers, 1030, 768)
+                    at = host._kernels.at
+                    product(at(x), rows, at(w), at(None), at(out), 1030, 768)
                     if first is None:
                         first = out
                     np.testing.assert_array_equal(out, first)
@@ -415,11 +410,11 @@ def test_a_host_step_that_differs_from_mlx_anywhere_is_not_used(model, monkeypat
 
 
 _FORKED_PRODUCT = """
-import ctypes, os, numpy as np
+import os, numpy as np
 from mlx_speech.host_engine.blas import mlx_blas
 from mlx_speech.host_engine.library import exact_activations
 from mlx_speech.host_engine.kernels import Kernels
-kernels = Kernels(exact_activations().library, ctypes.CDLL(mlx_blas()))
+kernels = Kernels(exact_activations().native, mlx_blas())
 x, w = np.ones((2, 768), np.float32), np.ones((1024, 768), np.float32)
 before = kernels.products(x, w, own=True)  # the helper thread is running
 child = os.fork()
