@@ -309,12 +309,14 @@ def nano_parts(
         if part is not None
     ] + (["activations"] if ops != MLX_OPS else [])
     backend = accelerator.name if accelerator is not None and taken else "mlx"
-    if accelerator is not None:
+    if accelerator is not None and taken:
         log.info(
             "MOSS-TTS-Nano on the %s backend: %s from it, the rest through MLX",
             backend,
-            ", ".join(taken) or "nothing",
+            ", ".join(taken),
         )
+    elif accelerator is not None:
+        log.info("no part of the %s engine gives MLX's numbers here", accelerator.name)
     return NanoParts(
         stepper=stepper or MlxFrameStep(model, ops),
         decoder=decoder or MlxDecoder(codec, n_vq, codec_math(ops, fast)),
