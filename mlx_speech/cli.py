@@ -310,6 +310,12 @@ def _limit_arguments(serve) -> None:
         ),
         ("max_connections", int, "connections open at once; more are closed unread"),
         ("header_timeout", float, "seconds a client may take to send its headers"),
+        (
+            "body_timeout",
+            float,
+            "seconds a client may take to send a request's whole body, from its "
+            "headers (408 and the connection closed after that)",
+        ),
         ("keep_alive_timeout", float, "seconds an idle connection is kept open"),
         (
             "shutdown_timeout",
@@ -345,6 +351,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         socket_idle_timeout=args.socket_idle_timeout,
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
         keep_alive_timeout=args.keep_alive_timeout,
         shutdown_timeout=args.shutdown_timeout,
         voices_dir=Path(args.voices_dir) if args.voices_dir else None,

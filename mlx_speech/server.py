@@ -146,7 +146,7 @@ async def speech(request: Request) -> Response:
     settings: ServerSettings = state.settings
     metrics: Metrics = state.metrics
     tts = state.slot.ready()
-    body = await read_json(request, settings.max_body_bytes)
+    body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
     # From here to its stream's opening (whose own expectation then holds),
     # a round about to start waits a moment for this request (``Engine.expect``).
     arrived = state.engine.expect()
@@ -189,7 +189,8 @@ async def speech_batch(request: Request) -> Response:
     at once as ``--max-batch``); the batch waits in the queue as one request."""
     state = request.app.state
     tts = state.slot.ready()
-    body = await read_json(request, state.settings.max_body_bytes)
+    settings = state.settings
+    body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
     items = await anyio.to_thread.run_sync(parse_items, body, _rules(state, tts))
     admit(state)
     try:
@@ -274,7 +275,8 @@ async def list_voices(request: Request) -> Response:
 async def add_voice(request: Request) -> Response:
     state = request.app.state
     tts = state.slot.ready()
-    upload = await read_voice_upload(request, state.settings.max_ref_bytes)
+    settings = state.settings
+    upload = await read_voice_upload(request, settings.max_ref_bytes, settings.body_timeout)
     name = upload.name
     if name.lower() in {preset.lower() for preset in tts.voices}:
         message = f"{shown(name)} is a preset voice of this model"

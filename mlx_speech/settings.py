@@ -29,6 +29,7 @@ class ServerSettings:
     socket_idle_timeout: float = 30.0  # a WebSocket session with nothing to say
     max_connections: int = 256  # open at once; more are closed unread
     header_timeout: float = 10.0  # seconds to send a request's headers
+    body_timeout: float = 30.0  # seconds, from the headers, to send the whole body
     keep_alive_timeout: float = 5.0  # an idle connection between requests
     shutdown_timeout: float = 30.0  # running requests may finish, then are ended
     retry_after_seconds: int = 2

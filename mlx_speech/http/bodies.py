@@ -1,14 +1,26 @@
-"""Reading request bodies within their size limits: JSON, and voice uploads."""
+"""Reading request bodies within their size and time limits: JSON, and
+voice uploads.
+
+A body must arrive whole within ``timeout`` seconds of the request's
+headers; else the answer is 408 and the connection is closed (so a client
+that sends headers and a few bytes, then stalls, holds its connection only
+that long, and a slow drip cannot keep it either). A client that closes its
+connection before its body arrived is no server error: it is counted as 499
+(nginx's "client closed request"), and no answer is sent.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from .errors import ApiError
 
@@ -31,7 +43,26 @@ def _declared_length(request: Request) -> int | None:
     return int(declared) if declared and declared.isdigit() else None
 
 
-async def read_json(request: Request, limit: int) -> Any:
+@asynccontextmanager
+async def _within(timeout: float) -> AsyncIterator[None]:
+    """The body's reading, bounded by ``timeout`` seconds."""
+    try:
+        with anyio.fail_after(timeout):
+            yield
+    except ClientDisconnect:
+        raise ApiError(
+            499, "the client closed the connection before its body arrived"
+        ) from None
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the request body did not arrive within {timeout:g} seconds",
+            param="body",
+            headers={"Connection": "close"},  # the rest of it is never read
+        ) from None
+
+
+async def read_json(request: Request, limit: int, timeout: float) -> Any:
     if _content_type(request) != "application/json":
         raise ApiError(415, "send the request as JSON (Content-Type: application/json)")
     too_large = ApiError(413, f"the request body is larger than {limit} bytes")
@@ -39,10 +70,11 @@ async def read_json(request: Request, limit: int) -> Any:
     if declared is not None and declared > limit:
         raise too_large
     body = bytearray()
-    async for part in request.stream():
-        body.extend(part)
-        if len(body) > limit:
-            raise too_large
+    async with _within(timeout):
+        async for part in request.stream():
+            body.extend(part)
+            if len(body) > limit:
+                raise too_large
     try:
         return json.loads(body)
     except RecursionError:
@@ -53,7 +85,9 @@ async def read_json(request: Request, limit: int) -> Any:
         ) from None
 
 
-async def read_voice_upload(request: Request, max_clip_bytes: int) -> VoiceUpload:
+async def read_voice_upload(
+    request: Request, max_clip_bytes: int, timeout: float
+) -> VoiceUpload:
     """``multipart/form-data`` with ``name``, ``audio_sample`` (a file) and
     optionally ``ref_text``."""
     if _content_type(request) != "multipart/form-data":
@@ -65,7 +99,10 @@ async def read_voice_upload(request: Request, max_clip_bytes: int) -> VoiceUploa
     if declared is not None and declared > max_clip_bytes + _MULTIPART_OVERHEAD:
         raise too_large
     try:
-        form = await request.form(max_files=1, max_fields=8, max_part_size=max_clip_bytes)
+        async with _within(timeout):
+            form = await request.form(
+                max_files=1, max_fields=8, max_part_size=max_clip_bytes
+            )
     except MultiPartException as error:
         raise ApiError(400, f"bad multipart body: {error.message}") from None
     upload = form.get("audio_sample")

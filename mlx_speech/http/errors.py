@@ -10,10 +10,12 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     409: "conflict_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",
+    499: "invalid_request_error",  # the client left: counted, never received
     500: "server_error",
     503: "service_unavailable_error",
 }

@@ -130,7 +130,7 @@ def _speech_route(settings: ServerSettings) -> dict[str, Any]:
                     "description": "audio, or Server-Sent Events with stream_format sse",
                     "content": {**audio, "text/event-stream": {}},
                 },
-                **_errors(400, 401, 403, 404, 413, 415, 429, 500, 503),
+                **_errors(400, 401, 403, 404, 408, 413, 415, 429, 500, 503),
             },
         }
     }
@@ -184,7 +184,7 @@ def _batch_route(settings: ServerSettings) -> dict[str, Any]:
             },
             "responses": {
                 "200": {"content": {"application/json": {"schema": answer}}},
-                **_errors(400, 401, 403, 413, 415, 429, 503),
+                **_errors(400, 401, 403, 408, 413, 415, 429, 503),
             },
         }
     }
@@ -221,7 +221,7 @@ def _voices_routes() -> dict[str, Any]:
                 "requestBody": {"content": {"multipart/form-data": {"schema": upload}}},
                 "responses": {
                     "201": {"content": {"application/json": {"schema": voice}}},
-                    **_errors(400, 401, 403, 409, 413, 415, 503),
+                    **_errors(400, 401, 403, 408, 409, 413, 415, 503),
                 },
             },
         },
