@@ -1,8 +1,17 @@
 """Local clips named by ``file://`` URIs or absolute paths, confined to the
-directory the operator allowed."""
+directory the operator allowed.
+
+The path is resolved and checked, then opened from the allowed directory
+one component at a time without following symbolic links, so what is read
+is what was checked: a directory swapped for a link between the two is
+refused, not followed. Only a regular file is read (a FIFO or a device
+would block the reading thread or never end), and its open never waits.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -21,10 +30,10 @@ def read_local_media(
             param=param,
         )
     try:
-        target = _allowed_file(_path_of(reference, param), root, param)
-        with open(target, "rb") as handle:
-            data = handle.read(max_bytes + 1)
-    except (ValueError, OSError):  # a NUL, a name too long, an unreadable file
+        allowed = root.resolve()
+        target = _allowed_file(_path_of(reference, param), allowed, param)
+        data = _read_regular_file(allowed, target.relative_to(allowed), max_bytes)
+    except (ValueError, OSError):  # a NUL, a name too long, a link, not a regular file
         raise ApiError(
             400,
             f"{param}: not a readable file under the allowed directory",
@@ -56,3 +65,27 @@ def _allowed_file(path: str, root: Path, param: str) -> Path:
             400, f"{param}: no such file under the allowed directory", param=param
         )
     return target
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _read_regular_file(root: Path, relative: Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of ``root / relative``, opened without
+    following a link at any component; ``OSError`` if one is a link, or the
+    file is not a regular file."""
+    *folders, name = relative.parts
+    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for folder in folders:
+            inner = os.open(folder, _DIRECTORY, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        handle = os.open(name, _FILE, dir_fd=directory)
+    finally:
+        os.close(directory)
+    with open(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise OSError("not a regular file")
+        return file.read(max_bytes + 1)

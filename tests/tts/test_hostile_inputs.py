@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import subprocess
+import threading
 import time
 import tracemalloc
 
@@ -18,10 +20,13 @@ import soundfile
 import mlx_speech
 from mlx_speech.cli import SAMPLING_FLAGS
 from mlx_speech.families.options import SamplingOptions
+from mlx_speech.http.errors import ApiError
+from mlx_speech.http.media import read_local_media
 from mlx_speech.server import ServerSettings
 from mlx_speech.voice_store import VoiceStore
 from tests.tts.support.cli import MLX_SPEECH, run
 from tests.tts.support.server import RunningServer, assert_speaks
+from tests.tts.support.swaps import Swapping
 
 HUGE = "1" + "0" * 400  # an integer literal no float holds
 MEDIA = '{"input": "hi", "ref_audio": "file://{media}/'  # inside the allowed directory
@@ -309,3 +314,52 @@ def test_serve_exits_non_zero_when_the_model_cannot_load(tmp_path):
     )
     assert result.returncode == 1
     assert "could not load the model" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_directory_swapped_for_a_link_between_check_and_open_is_never_followed(
+    tmp_path,
+):
+    """The file:// race: a directory inside the allowed one is exchanged, in a
+    loop, with a link to a directory outside it, while its clip is read:
+    the outside file is never read (it was, in 94 of 400 requests)."""
+    media, outside = tmp_path / "media", tmp_path / "outside"
+    (media / "d").mkdir(parents=True)
+    outside.mkdir()
+    (media / "d" / "clip.wav").write_bytes(b"inside")
+    (outside / "clip.wav").write_bytes(b"outside")
+    (media / "s").symlink_to(outside)
+    read = []
+    with Swapping(media / "d", media / "s"):
+        for _ in range(3000):
+            try:
+                read.append(
+                    read_local_media(f"{media}/d/clip.wav", media, 100, "ref_audio")
+                )
+            except ApiError as error:
+                assert error.status == 400
+    assert b"outside" not in read
+    assert b"inside" in read  # the race ran: the inside clip was read too
+
+
+def test_a_clip_swapped_for_a_fifo_never_blocks_its_reader(tmp_path):
+    """A clip exchanged with a FIFO in a loop while it is read: every read
+    ends (opened by name after its check, a FIFO blocked the reading thread
+    until a writer came; 40 of them held every request's thread)."""
+    media = tmp_path / "media"
+    media.mkdir()
+    clip, pipe = media / "clip.wav", media / "pipe"
+    clip.write_bytes(b"clip")
+    os.mkfifo(pipe)
+    done = threading.Event()
+
+    def reads() -> None:
+        for _ in range(3000):
+            try:
+                read_local_media(str(clip), media, 100, "ref_audio")
+            except ApiError as error:
+                assert error.status == 400
+        done.set()
+
+    with Swapping(clip, pipe):
+        threading.Thread(target=reads, daemon=True).start()
+        assert done.wait(60), "a read is blocked opening the FIFO"
