@@ -165,7 +165,7 @@ async def speech(request: Request) -> Response:
         arrived()
     log.info(
         "speech: model=%s format=%s chars=%d",
-        body.get("model"),
+        shown(body.get("model")),  # as sent: quoted, escaped and cut short
         parsed.response_format,
         len(parsed.text),
     )

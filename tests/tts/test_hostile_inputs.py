@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import os
 import subprocess
 import threading
@@ -363,3 +364,22 @@ def test_a_clip_swapped_for_a_fifo_never_blocks_its_reader(tmp_path):
     with Swapping(clip, pipe):
         threading.Thread(target=reads, daemon=True).start()
         assert done.wait(60), "a read is blocked opening the FIFO"
+
+
+def test_a_model_name_cannot_forge_or_flood_the_log(server, caplog):
+    """``model`` is logged as sent: quoted, its newlines escaped and cut
+    short (a newline forged a log line; 5 MB of name wrote 5 MB of log)."""
+    forged = "tts-1\n2026-01-01 00:00:00 mlx_speech.server saved voice admin"
+    with caplog.at_level(logging.INFO, logger="mlx_speech.server"):
+        for model in (forged, "m" * 5_000_000):
+            body = {"input": "Hi.", "model": model, "max_new_tokens": 1}
+            response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+            assert response.status_code == 200
+    lines = [
+        record.getMessage()
+        for record in caplog.records
+        if record.getMessage().startswith("speech: model=")
+    ]
+    assert len(lines) == 2
+    assert all("\n" not in line and len(line) < 300 for line in lines)
+    assert "saved voice admin" in lines[0]  # shown, escaped, on the request's own line
