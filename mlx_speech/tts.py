@@ -203,7 +203,8 @@ class TTS:
         fields the model ignores, checked once so that a bad option fails the
         call, not a segment."""
         segmenter = TextSegmenter(split)
-        resolved = self.resolve_voice(voice)
+        # a clip is decoded once for every segment (it cost each a decode)
+        resolved = self._service.reusable_voice(self.resolve_voice(voice))
         ignored = self.check("Checking the options.", resolved, **options)
 
         def speak(text: str) -> ChunkStream | StretchedStream:

@@ -72,6 +72,13 @@ class SpeechService:
         request is cancelled."""
         raise NotImplementedError
 
+    def reusable_voice(self, voice: Any) -> Any:
+        """``voice`` (as ``voices.resolve_voice`` gives it) in a form this
+        family's ``prepare`` takes again cheaply, for many requests in one
+        voice (a text stream's segments): a clip decoded and resampled once,
+        as ``(samples, rate)``; any other voice as it is. Validates it."""
+        return voice
+
     def stats(self) -> dict[str, int]:
         """Counters for /metrics."""
         return {}

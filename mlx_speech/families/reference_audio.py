@@ -102,6 +102,12 @@ def load_reference(
     return np.ascontiguousarray(data)
 
 
+def is_clip(voice: Any) -> bool:
+    """Whether a resolved voice is a clip to decode: a path, bytes or samples
+    (not a default, preset name or saved voice)."""
+    return isinstance(voice, (bytes, bytearray, memoryview, os.PathLike, tuple))
+
+
 def load_mono_reference(voice: Any, *, sample_rate: int, samples_per_frame: int):
     """The clip of ``voice`` as mono samples at ``sample_rate``."""
     samples = load_reference(

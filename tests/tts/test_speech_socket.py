@@ -3,6 +3,7 @@ WebSocket client (``websockets``), vLLM-Omni's protocol."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import signal
@@ -407,3 +408,42 @@ def test_a_failing_segment_gets_an_error_and_its_audio_done(speaking_dir, tmp_pa
     assert len(errors) == 1 and "non-finite audio" in errors[0]["message"]
     assert [d["error"] for d in messages(received, "audio.done")] == [False, True]
     assert received[-1]["total_sentences"] == 2
+
+
+def test_a_sessions_clip_is_decoded_once_however_many_sentences(
+    server, reference_clip, monkeypatch
+):
+    """Each sentence of an utterance decoded the session's clip again (ten
+    sentences of a costly clip: 28.9 s against 0.12 s without it)."""
+    from mlx_speech.families import reference_audio
+
+    decodes = []
+    decode = reference_audio._read_file
+
+    def counted(*arguments):
+        decodes.append(arguments)
+        return decode(*arguments)
+
+    monkeypatch.setattr(reference_audio, "_read_file", counted)
+    clip = base64.b64encode(reference_clip.read_bytes()).decode()
+    counts = []
+    for sentences in (1, 6):
+        decodes.clear()
+        with connect(socket_url(server)) as ws:
+            send(
+                ws,
+                "session.config",
+                ref_audio=clip,
+                split_granularity="sentence",
+                seed=3,
+                max_new_tokens=2,
+            )
+            text = " ".join(
+                f"This is sentence {n}, said on its own." for n in range(sentences)
+            )
+            send(ws, "input.text", text=text)
+            send(ws, "input.done")
+            received = receive_until(ws, "session.done")
+        assert received[-1]["total_sentences"] == sentences
+        counts.append(len(decodes))
+    assert counts[0] == counts[1] <= 2  # the config's check, and the utterance's

@@ -33,7 +33,7 @@ from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..fields import check_channels
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
-from ..reference_audio import load_reference
+from ..reference_audio import is_clip, load_reference
 from ..reference_cache import ByteBoundedLRU, content_key
 from .accelerator import MLX_OPS, Accelerator, ArrayOps, CodecDecoder, FrameStep
 from .batch import CodecBatch, FrameBatch
@@ -142,6 +142,11 @@ class MossNanoService(SpeechService):
         }
 
     # Caller's thread: nothing here touches MLX.
+    def reusable_voice(self, voice: Any) -> Any:
+        if not is_clip(voice):
+            return voice  # a saved voice keeps its stored codes
+        return (self._clip(voice), self.sample_rate)
+
     def prepare(self, asked: SpeechInput) -> MossNanoRequest:
         """Cloning uses the audio alone: ``ref_text`` is not needed. OpenAI
         clients send ``instructions`` (for gpt-4o-mini-tts); the model has no
@@ -174,12 +179,7 @@ class MossNanoService(SpeechService):
             if stored is not None:
                 self._saved_voice_hits += 1
                 return Reference(samples=None, codes=stored, saved=saved)
-        samples = load_reference(
-            voice,
-            sample_rate=self.sample_rate,
-            channels=self._codec.channels,
-            samples_per_frame=self.samples_per_frame,
-        )
+        samples = self._clip(voice)
         key = content_key(samples)
         codes = self._references.get(key)
         if saved is not None and codes is not None:
@@ -213,6 +213,14 @@ class MossNanoService(SpeechService):
                 chunks.add(job.frame)
         for chunk in chunks.rest():
             yield Pending(self._decodes, chunk)
+
+    def _clip(self, voice: Any) -> np.ndarray:
+        return load_reference(
+            voice,
+            sample_rate=self.sample_rate,
+            channels=self._codec.channels,
+            samples_per_frame=self.samples_per_frame,
+        )
 
     def _reference_codes(self, reference: Reference) -> np.ndarray:
         if reference.codes is not None:

@@ -29,7 +29,7 @@ from ..global_random import GlobalRandomKey
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import last_warning, load_quietly
-from ..reference_audio import load_mono_reference
+from ..reference_audio import is_clip, load_mono_reference
 from .decoder import RequestDecoder
 from .loop import Prompt, Sampling, frames
 
@@ -104,6 +104,11 @@ class Qwen3Service(SpeechService):
             seed=options.seed,
         )
 
+    def reusable_voice(self, voice: Any) -> Any:
+        if is_clip(voice) and self.kind == "base" and self._can_clone:
+            return (self._clip(voice), self.sample_rate)
+        return voice  # a preset, a saved voice (its transcript), or refused by prepare
+
     def _voice(self, voice: Any, ref_text: str | None):
         """(preset speaker, reference samples, ref_text) for this kind."""
         if voice is None:
@@ -139,10 +144,12 @@ class Qwen3Service(SpeechService):
                 "Qwen3-TTS clones from a reference clip and its transcript: pass ref_text "
                 "(the words spoken in the clip)",
             )
-        samples = load_mono_reference(
+        return None, self._clip(voice), ref_text
+
+    def _clip(self, voice: Any) -> np.ndarray:
+        return load_mono_reference(
             voice, sample_rate=self.sample_rate, samples_per_frame=self._reference_hop
         )
-        return None, samples, ref_text
 
     @property
     def voice_hint(self) -> str:

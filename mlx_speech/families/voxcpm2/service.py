@@ -28,7 +28,7 @@ from ..global_random import GlobalRandomKey
 from ..languages import check_language
 from ..options import SamplingOptions, parse_sampling
 from ..quiet_loading import load_quietly
-from ..reference_audio import load_mono_reference
+from ..reference_audio import is_clip, load_mono_reference
 from .decoder import WindowedDecoder, decoder_reach
 from .loop import Settings, patches, prompt_rows
 
@@ -90,6 +90,9 @@ class VoxCPM2Service(SpeechService):
             settings=Settings(max_patches=options.max_new_tokens),
             seed=options.seed,
         )
+
+    def reusable_voice(self, voice: Any) -> Any:
+        return (self._reference(voice), self.sample_rate) if is_clip(voice) else voice
 
     def _reference(self, voice: Any) -> np.ndarray | None:
         if voice is None:
