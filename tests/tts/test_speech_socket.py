@@ -24,6 +24,7 @@ import mlx_speech
 from mlx_speech.errors import GenerationError
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import start_serving
+from tests.tts.support.clip_decodes import counted_decodes
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
 
@@ -415,16 +416,7 @@ def test_a_sessions_clip_is_decoded_once_however_many_sentences(
 ):
     """Each sentence of an utterance decoded the session's clip again (ten
     sentences of a costly clip: 28.9 s against 0.12 s without it)."""
-    from mlx_speech.families import reference_audio
-
-    decodes = []
-    decode = reference_audio._read_file
-
-    def counted(*arguments):
-        decodes.append(arguments)
-        return decode(*arguments)
-
-    monkeypatch.setattr(reference_audio, "_read_file", counted)
+    decodes = counted_decodes(monkeypatch)
     clip = base64.b64encode(reference_clip.read_bytes()).decode()
     counts = []
     for sentences in (1, 6):

@@ -10,6 +10,7 @@ import pytest
 
 from mlx_speech.text_stream import SegmentEnded, SegmentStarted
 
+from .support.clip_decodes import counted_decodes
 from .support.idle import wait_until_idle
 
 FIRST = "Dr. Smith paid 3.5 dollars. "
@@ -155,16 +156,7 @@ def test_async_close_cancels(speaking_tts):
 def test_a_clip_is_decoded_once_for_all_segments(speaking_tts, reference_clip, monkeypatch):
     """Decoding a clip (a 30 s, 8-channel, 384 kHz one takes seconds) is not
     repeated for every sentence: ten sentences took ten decodes."""
-    from mlx_speech.families import reference_audio
-
-    decodes = []
-    decode = reference_audio._read_file
-
-    def counted(*arguments):
-        decodes.append(arguments)
-        return decode(*arguments)
-
-    monkeypatch.setattr(reference_audio, "_read_file", counted)
+    decodes = counted_decodes(monkeypatch)
     text = " ".join(f"Sentence number {count}." for count in range(10))
     voice = str(reference_clip)
     chunks = list(speaking_tts.stream_text(iter([text]), voice=voice, max_new_tokens=2))
