@@ -5,7 +5,10 @@ them into segments (``TextSegmenter``); a speaker thread runs each segment
 through the engine as one job, putting its audio in order into one queue;
 the caller reads that queue. The speaker starts segment k+1 while the
 caller still plays segment k, but never runs more than one segment ahead of
-what the caller has read, so a caller that stops reading stops the work.
+what the caller has read, so a caller that stops reading stops the work;
+and the reader holds at most ``SEGMENTS_QUEUED`` segments not yet spoken,
+so it then stops reading the caller's text too (a producer faster than
+speech is held back, not buffered without bound).
 
 The caller's iterator is read on its own thread, so a producer that waits
 for audio before writing more never deadlocks the reader of the audio.
@@ -25,6 +28,8 @@ from .text_segments import TextSegmenter
 
 # Segments held (generated or generating) but not yet read to their end.
 SEGMENTS_AHEAD = 2
+# Segments cut from the text but not yet spoken.
+SEGMENTS_QUEUED = 64
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,7 @@ class _Pipeline:
         self._deltas = deltas
         self._segmenter = segmenter
         self._speak = speak
-        self._segments: queue.Queue = queue.Queue()
+        self._segments: queue.Queue = queue.Queue(SEGMENTS_QUEUED)
         self.output: queue.Queue = queue.Queue()
         self._ahead = threading.Semaphore(SEGMENTS_AHEAD)
         self._lock = threading.Lock()
@@ -191,13 +196,21 @@ class _Pipeline:
                     return
                 if not isinstance(delta, str):
                     raise TypeError(f"text deltas must be str, got {type(delta).__name__}")
-                for segment in self._segmenter.feed(delta):
-                    self._segments.put(segment)
-            for segment in self._segmenter.finish():
-                self._segments.put(segment)
-            self._segments.put(_END)
+                if not self._queued(self._segmenter.feed(delta)):
+                    return
+            if self._queued(self._segmenter.finish()):
+                self._segments.put(_END)
         except Exception as error:  # noqa: BLE001 - the caller's iterator failed: tell the reader
             self._segments.put(_Failure(error))
+
+    def _queued(self, segments) -> bool:
+        """Queues ``segments``, each waiting while ``SEGMENTS_QUEUED`` wait
+        (``close`` empties the queue); False once closed."""
+        for segment in segments:
+            self._segments.put(segment)
+            if self._closed:
+                return False
+        return not self._closed
 
     def _speak_all(self) -> None:
         index = 0
@@ -248,5 +261,16 @@ class _Pipeline:
             if self._speaking is not None:
                 self._speaking.cancel()
         self._ahead.release()  # a speaker waiting to run ahead wakes and sees the close
-        self._segments.put(_END)  # a speaker waiting for text wakes and ends
+        self._drop_segments()  # a reader waiting for room wakes and sees the close
+        try:
+            self._segments.put_nowait(_END)  # a speaker waiting for text wakes and ends
+        except queue.Full:  # the reader queued one more meanwhile: the speaker wakes
+            pass
         self.output.put(_END)  # a caller waiting for audio wakes and ends
+
+    def _drop_segments(self) -> None:
+        while True:
+            try:
+                self._segments.get_nowait()
+            except queue.Empty:
+                return

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from mlx_speech.text_stream import SegmentEnded, SegmentStarted
+from mlx_speech.text_stream import SEGMENTS_AHEAD, SegmentEnded, SegmentStarted
 
 from .support.clip_decodes import counted_decodes
 from .support.idle import wait_until_idle
@@ -162,3 +163,28 @@ def test_a_clip_is_decoded_once_for_all_segments(speaking_tts, reference_clip, m
     chunks = list(speaking_tts.stream_text(iter([text]), voice=voice, max_new_tokens=2))
     assert len(chunks) >= 10  # every sentence spoke
     assert len(decodes) == 1
+
+
+def test_text_faster_than_speech_is_held_back_not_buffered(speaking_tts):
+    """A producer that never waits and a reader that stops after one chunk:
+    the text read stops at ``SEGMENTS_QUEUED`` segments not yet spoken (it
+    grew to millions of segments), and closing frees them."""
+    from mlx_speech.text_stream import SEGMENTS_QUEUED
+
+    produced = []
+
+    def endless():
+        while True:
+            produced.append(None)
+            yield f"Sentence number {len(produced)}. "
+
+    stream = speaking_tts.stream_text(endless(), max_new_tokens=1)
+    next(stream)
+    time.sleep(1.0)
+    held = len(produced)
+    time.sleep(0.5)
+    assert len(produced) == held <= SEGMENTS_QUEUED + 2 * SEGMENTS_AHEAD + 2
+    pipeline = stream._pipeline
+    stream.close()
+    assert pipeline._segments.qsize() <= 2  # the end marker, one more at most
+    wait_until_idle()
