@@ -5,6 +5,7 @@ in one place (``http.errors``)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -287,6 +288,14 @@ async def add_voice(request: Request) -> Response:
         )
     except InvalidRequest as error:
         raise ApiError(400, str(error), param=error.param) from None
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        log.warning("no space left to save voice %s", shown(name))
+        message = (
+            "no space left on the server's disk to save the voice; nothing was changed"
+        )
+        raise ApiError(507, message) from None
     log.info("saved voice %s (%.1f s)", voice.name, voice.duration_s)
     return JSONResponse(created_voice(voice), status_code=201)
 

@@ -18,6 +18,7 @@ ERROR_TYPES = {
     499: "invalid_request_error",  # the client left: counted, never received
     500: "server_error",
     503: "service_unavailable_error",
+    507: "server_error",
 }
 
 

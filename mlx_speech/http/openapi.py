@@ -221,7 +221,7 @@ def _voices_routes() -> dict[str, Any]:
                 "requestBody": {"content": {"multipart/form-data": {"schema": upload}}},
                 "responses": {
                     "201": {"content": {"application/json": {"schema": voice}}},
-                    **_errors(400, 401, 403, 408, 409, 413, 415, 503),
+                    **_errors(400, 401, 403, 408, 409, 413, 415, 503, 507),
                 },
             },
         },

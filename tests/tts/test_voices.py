@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import signal
@@ -554,3 +555,23 @@ def test_voices_push_uploads_to_another_server(speaking_dir, tmp_path):
     copied = VoiceStore(tmp_path / "remote")
     for name in ("gina", "hal"):
         assert copied.get(name).clip.read_bytes() == store.get(name).clip.read_bytes()
+
+
+def test_a_full_disk_on_upload_is_507_and_the_old_voice_stays(voice_server, monkeypatch):
+    """The disk cannot be filled here: the store's writes fail as a full
+    one fails them (ENOSPC). It answered 500 with a traceback."""
+    assert (
+        _upload(voice_server.url, "dora", clip_bytes(1), ref_text="old").status_code == 201
+    )
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(voice_store, "_write_file", full)
+    response = _upload(voice_server.url, "dora", clip_bytes(2), ref_text="new")
+    assert response.status_code == 507
+    assert "no space left" in response.json()["error"]["message"]
+    monkeypatch.undo()
+    listed = httpx.get(f"{voice_server.url}/v1/audio/voices").json()["voices"]
+    dora = next(voice for voice in listed if voice["name"] == "dora")
+    assert dora["ref_text"] == "old" and round(dora["duration_s"]) == 1
