@@ -472,7 +472,8 @@ async def _api_error(request: Request, error: ApiError) -> Response:
 
 async def _http_error(request: Request, error: HTTPException) -> Response:
     message = "no such route" if error.status_code == 404 else str(error.detail)
-    return ApiError(error.status_code, message).response()
+    # e.g. a 405's Allow, which names the methods the route takes
+    return ApiError(error.status_code, message, headers=error.headers).response()
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:

@@ -15,9 +15,12 @@ ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}
 PUBLIC_PATHS = ("/", *(f"/page/{name}" for name in ASSETS))  # open without the API key
 _HEADERS = {
     "cache-control": "no-cache",
+    # no other site may frame the page (a click on it could then be another's)
     "content-security-policy": (
-        "default-src 'self'; media-src 'self' blob: data:; img-src 'self' data:"
+        "default-src 'self'; media-src 'self' blob: data:; img-src 'self' data:; "
+        "frame-ancestors 'self'"
     ),
+    "x-frame-options": "SAMEORIGIN",  # the same, for browsers without CSP 3
 }
 
 

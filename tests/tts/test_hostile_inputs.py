@@ -383,3 +383,17 @@ def test_a_model_name_cannot_forge_or_flood_the_log(server, caplog):
     assert len(lines) == 2
     assert all("\n" not in line and len(line) < 300 for line in lines)
     assert "saved voice admin" in lines[0]  # shown, escaped, on the request's own line
+
+
+def test_a_wrong_method_is_told_the_allowed_ones(server):
+    response = httpx.get(f"{server.url}/v1/audio/speech")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_no_other_site_may_frame_the_page(server):
+    """Clickjacking: the page refuses to be framed by other origins."""
+    for path in ("/", "/page/page.js"):
+        headers = httpx.get(f"{server.url}{path}").headers
+        assert "frame-ancestors 'self'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "SAMEORIGIN"
