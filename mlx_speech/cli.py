@@ -585,6 +585,11 @@ def _speak(args: argparse.Namespace) -> None:
 
     output = args.output or (None if args.play else "speech.wav")
     if output is not None:
+        if Path(output).is_dir():
+            raise RuntimeError(
+                f"cannot write {output}: it is a directory; name a file in it, "
+                f"e.g. -o {Path(output) / 'speech.wav'}"
+            )
         format_for_path(output, args.format)  # a bad name fails before any work
         if not Path(output).absolute().parent.is_dir():
             raise RuntimeError(f"cannot write {output}: its directory does not exist")
@@ -616,7 +621,12 @@ def _speak(args: argparse.Namespace) -> None:
     rtf = elapsed / audio.duration if audio.duration else float("inf")
     where = "played"
     if output is not None:
-        where = f"wrote {audio.write(Path(output), format=args.format)}"
+        try:
+            where = f"wrote {audio.write(Path(output), format=args.format)}"
+        except OSError as error:  # a full disk, a device that refuses writes
+            raise RuntimeError(
+                f"cannot write {output}: {error.strerror or error}"
+            ) from None
     print(
         f"{where}: {audio.duration:.2f} s of audio; first audio after "
         f"{(first_audio or elapsed) * 1000:.0f} ms; real-time factor {rtf:.2f} "

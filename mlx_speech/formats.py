@@ -56,6 +56,12 @@ def format_for_path(path: str | Path, name: str | None = None) -> AudioFormat:
     """The format of a file to write: ``name``, else the path's suffix."""
     path = Path(path)
     kind = (name or path.suffix.lstrip(".")).lower()
+    if not kind:
+        raise ValueError(
+            f"cannot tell the audio format of {path.name!r}: its name has no suffix; "
+            f"end it with one of {', '.join('.' + known for known in FORMATS)}, or "
+            "name the format"
+        )
     if kind not in FORMATS:
         raise ValueError(
             f"cannot write {path.name!r}: unknown audio format {kind!r}; "

@@ -108,6 +108,28 @@ def test_speak_clones_from_a_reference_file(speaking_dir, reference_clip, tmp_pa
             "unknown audio format 'wma'",
         ),
         (
+            ["speak", "Hi", "--model", "{model}", "-o", "."],
+            "cannot write .: it is a directory; name a file in it",
+        ),
+        (
+            ["speak", "Hi", "--model", "{model}", "-o", "speech"],
+            "cannot tell the audio format of 'speech': its name has no suffix",
+        ),
+        (
+            [
+                "speak",
+                "Hi",
+                "--model",
+                "{model}",
+                "--max-new-tokens",
+                "1",
+                "-o",
+                "/dev/full",
+            ]
+            + ["--format", "wav"],
+            "cannot write /dev/full: No space left on device",
+        ),
+        (
             ["speak", "Hi", "--model", "{model}", "--voice", "nobody"],
             "unknown voice 'nobody': not a saved voice",
         ),
