@@ -80,8 +80,9 @@ def load(
                     "gives MLX's numbers on this machine (the log says which differ)"
                 )
             why = "the host engine's parts differ from MLX's here"
-        log.info("backend: %s (%s), device: %s", service.backend, why, device_name())
-        return service, device_name()
+        device = device_name()
+        log.info("backend: %s (%s), device: %s", service.backend, why, device)
+        return service, device
 
     store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
     aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}

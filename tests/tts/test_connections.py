@@ -67,15 +67,8 @@ def test_connections_past_the_cap_are_closed_unread(server):
     finally:
         for sock in idle:
             sock.close()
-    deadline = time.monotonic() + 10
-    while True:  # the closed ones are released, and the server serves again
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    # the closed ones are released, and the server serves again
+    server.wait_until_healthy(time.monotonic() + 10)
 
 
 def test_a_client_that_keeps_sending_its_request_is_served(server):
@@ -179,15 +172,7 @@ def test_stalled_bodies_on_every_connection_keep_no_one_out(server):
         refused = _open(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert _closed_by_server(refused, within=5)
         refused.close()
-        deadline = time.monotonic() + 5
-        while True:
-            try:
-                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the stalled bodies still hold the server"
-            time.sleep(0.1)
+        server.wait_until_healthy(time.monotonic() + 5)  # within the body timeout
     finally:
         for sock in stalled:
             sock.close()
