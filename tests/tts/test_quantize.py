@@ -89,6 +89,15 @@ def test_quantized_audio_equals_mlx_audio_generate(quantized_tts, quantizable_di
     assert_audio_matches(ours, theirs, "fast")
 
 
+def test_quantized_weights_keep_the_frame_step_in_mlx(quantized_tts):
+    """The host engine's frame step takes float32 weights only; with the
+    host backend, a quantized model's frames run through MLX (docs:
+    Backends)."""
+    from mlx_speech.families.moss_nano.loop import MlxFrameStep
+
+    assert isinstance(quantized_tts._service._batch._stepper, MlxFrameStep)
+
+
 def test_quantized_requests_batched_equal_each_alone(quantized_tts):
     requests = [{"text": TEXT, "seed": seed, "max_new_tokens": 20} for seed in range(4)]
     alone = [quantized_tts.speak(**request).samples for request in requests]
