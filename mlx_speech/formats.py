@@ -14,6 +14,7 @@ import soundfile
 
 from .aac import RATES as AAC_RATES
 from .aac import encode_aac
+from .empty_audio import completed_empty
 from .pcm import to_pcm16
 
 MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
@@ -71,7 +72,8 @@ def format_for_path(path: str | Path, name: str | None = None) -> AudioFormat:
 
 
 def encode_whole(samples: np.ndarray, sample_rate: int, name: str) -> bytes:
-    """A complete file with exact sizes in its headers."""
+    """A complete file with exact sizes in its headers; with no samples, the
+    format's empty file (``empty_audio``)."""
     audio_format = FORMATS[name]
     if name == "aac":
         return encode_aac(samples, sample_rate)
@@ -86,4 +88,7 @@ def encode_whole(samples: np.ndarray, sample_rate: int, name: str) -> bytes:
         format=container,
         subtype=subtype,
     )
-    return buffer.getvalue()
+    if len(samples):
+        return buffer.getvalue()
+    channels = 1 if samples.ndim == 1 else samples.shape[1]
+    return completed_empty(name, buffer.getvalue(), sample_rate, channels)

@@ -8,6 +8,7 @@ import numpy as np
 import soundfile
 
 from ..aac import AacEncoder
+from ..empty_audio import completed_empty
 from ..formats import FORMATS, encode_whole
 from ..pcm import to_pcm16
 
@@ -66,6 +67,9 @@ class _ForwardSink:
     def read(self, size: int = -1) -> bytes:
         return b""
 
+    def written(self) -> bytes:
+        return bytes(self._buffer)
+
     def take(self) -> bytes:
         fresh = bytes(self._buffer[self._sent :])
         self._sent = len(self._buffer)
@@ -85,6 +89,7 @@ class StreamEncoder:
         self._file: soundfile.SoundFile | None = None
         self._aac: AacEncoder | None = None
         self._held: list[np.ndarray] = []
+        self._any_samples = False
         self._sink = _ForwardSink()
         if response_format == "aac":
             self._aac = AacEncoder(sample_rate, channels)
@@ -119,6 +124,7 @@ class StreamEncoder:
             return to_pcm16(samples).tobytes()
         if len(samples):
             self._file.write(self._format.samples_for(samples))
+            self._any_samples = True
         return self._sink.take()
 
     def finish(self) -> bytes:
@@ -134,4 +140,11 @@ class StreamEncoder:
         if self._file is None:
             return b""
         self._file.close()
-        return self._sink.take()
+        rest = self._sink.take()
+        if self._any_samples:
+            return rest
+        written = self._sink.written()
+        whole = completed_empty(
+            self.response_format, written, self.sample_rate, self.channels
+        )
+        return rest + whole[len(written) :]
