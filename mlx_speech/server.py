@@ -74,9 +74,11 @@ class ModelSlot:
         normalize: bool = True,
         quantize: int | None = None,
         backend: str | None = None,
+        max_text_chars: int | None = None,
     ):
         self.name = model
         self._normalize = normalize
+        self._max_text_chars = max_text_chars
         self._quantize = quantize
         self._backend = backend
         self.tts: TTS | None = None
@@ -105,6 +107,7 @@ class ModelSlot:
                 backend=self._backend,
             )
             tts.normalize = self._normalize
+            tts.max_text_chars = self._max_text_chars
             self.tts = tts
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
             self.error = error
@@ -428,6 +431,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
         normalize=settings.normalize,
         quantize=settings.quantize,
         backend=settings.backend,
+        max_text_chars=settings.max_input_chars,
     )
     return app
 

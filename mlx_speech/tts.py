@@ -39,6 +39,9 @@ class TTS:
         self.voice_aliases = dict(voice_aliases or {})  # name (lower case) → voice
         self.normalize = normalize  # the default of a request's ``normalize``
         self.normalizer = normalizer or TextNormalizer()
+        # The longest text the model is given, counted as it reads it (after
+        # normalization, which can make text several times longer); None: any.
+        self.max_text_chars: int | None = None
 
     @property
     def family(self) -> str:
@@ -101,12 +104,7 @@ class TTS:
         (``mlx_speech.normalization``) before the model sees it. ``channels``
         2 asks for a stereo model's own channels (``channels``) instead of
         their mono mix; chunks are then ``[samples, 2]``."""
-        if self._normalizes(normalize):
-            check_text(text)
-            check_ref_text(ref_text)
-            text = self.normalizer.normalize(text, language)
-            if ref_text is not None and ref_text.strip():
-                ref_text = self.normalizer.normalize(ref_text, language)
+        text, ref_text = self._as_read(text, ref_text, language, normalize)
         asked = SpeechInput(
             text,
             self.resolve_voice(voice),
@@ -117,6 +115,39 @@ class TTS:
             channels,
         )
         return self._service.prepare(asked)
+
+    def _as_read(
+        self, text: str, ref_text: str | None, language: Any, normalize: Any
+    ) -> tuple[str, str | None]:
+        """``text`` and ``ref_text`` as the model reads them; ``text`` within
+        ``max_text_chars``."""
+        if not self._normalizes(normalize):
+            if isinstance(text, str):
+                self._check_length(text, len(text))
+            return text, ref_text
+        check_text(text)
+        check_ref_text(ref_text)
+        read = self.normalizer.normalize(text, language)
+        self._check_length(read, len(text))
+        if ref_text is not None and ref_text.strip():
+            ref_text = self.normalizer.normalize(ref_text, language)
+        return read, ref_text
+
+    def _check_length(self, text: str, written: int) -> None:
+        limit = self.max_text_chars
+        if limit is None or len(text) <= limit:
+            return
+        if len(text) == written:
+            message = (
+                f"the text is {written} characters; the limit is {limit}: send it in parts"
+            )
+        else:
+            message = (
+                f"the text is {written} characters and {len(text)} once numbers and "
+                f"symbols are read out; the limit is {limit}: send it in parts, or "
+                "with normalization off"
+            )
+        raise InvalidRequest("text", message)
 
     def check(
         self, text: str, voice: Any = None, *, speed: float | None = None, **options: Any
@@ -207,7 +238,25 @@ class TTS:
         resolved = self._service.reusable_voice(self.resolve_voice(voice))
         ignored = self.check("Checking the options.", resolved, **options)
 
+        limit, read_out = self.max_text_chars, 0
+
         def speak(text: str) -> ChunkStream | StretchedStream:
-            return self.stream(text, resolved, **options)
+            # the limit holds for the whole stream, as for one request
+            nonlocal read_out
+            read, ref_text = self._as_read(
+                text,
+                options.get("ref_text"),
+                options.get("language"),
+                options.get("normalize"),
+            )
+            read_out += len(read)
+            if limit is not None and read_out > limit:
+                raise InvalidRequest(
+                    "text",
+                    f"this text passed {limit} characters as it is read out; "
+                    "the rest is not spoken",
+                )
+            as_read = {**options, "ref_text": ref_text, "normalize": False}
+            return self.stream(read, resolved, **as_read)
 
         return segmenter, speak, ignored

@@ -33,7 +33,10 @@ _AROUND = {"en": (english.prepare, english.finish), "zh": (chinese.prepare, chin
 class Grammars:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._reading = threading.Lock()  # one reader at a time: not known thread-safe
+        # One reader call at a time (not known to be thread-safe), taken per
+        # part and in turn, so a short text waits for a part of each text
+        # being read, not for all of them.
+        self._reading = _TakenInTurn()
         self._readers: dict[str, Callable[[str], str]] | None = None
         self.fallbacks = 0  # pieces or words the grammars could not read
 
@@ -54,8 +57,7 @@ class Grammars:
         ``language``, one of ``LANGUAGES``."""
         reader = self.load()[language]
         prepare, finish = _AROUND[language]
-        with self._reading:
-            return self._read(text, reader, prepare, finish)
+        return self._read(text, reader, prepare, finish)
 
     def _read(self, text, reader, prepare, finish) -> str:
         pieces = []
@@ -72,17 +74,40 @@ class Grammars:
 
     def _read_piece(self, reader: Callable[[str], str], piece: str) -> str:
         try:
-            return reader(piece)
+            with self._reading:
+                return reader(piece)
         except Exception:  # the grammars fail on some inputs; read word by word
             pass
         words = []
         for word in piece.split(" "):
             try:
-                words.append(reader(word) if word else word)
+                with self._reading:
+                    words.append(reader(word) if word else word)
             except Exception:
                 self.fallbacks += 1
                 words.append(word)
         return " ".join(words)
+
+
+class _TakenInTurn:
+    """A lock its waiters get in the order they asked (``threading.Lock``
+    lets one thread take it again and again while others wait)."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turns:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._turns.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc) -> None:
+        with self._turns:
+            self._serving += 1
+            self._turns.notify_all()
 
 
 def _sentences(text: str) -> list[str]:

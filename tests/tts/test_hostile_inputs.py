@@ -206,6 +206,17 @@ def test_python_api_huge_numbers_are_value_errors(speaking_tts, name):
     assert error.value.param == name and len(str(error.value)) < 200
 
 
+def test_python_api_max_text_chars_counts_the_text_as_read(speaking_tts, monkeypatch):
+    monkeypatch.setattr(speaking_tts, "max_text_chars", 100)
+    with pytest.raises(ValueError, match="19 characters and 151 once numbers") as error:
+        speaking_tts.prepare("1234567 " * 2 + "ok.")
+    assert error.value.param == "text"
+    speaking_tts.prepare("1234567 " * 2 + "ok.", normalize=False)  # 19 as written
+    stream = speaking_tts.stream_text(["1234567. " * 2], max_new_tokens=1)
+    with pytest.raises(ValueError, match="passed 100 characters as it is read out"):
+        list(stream)
+
+
 def test_python_api_lone_surrogates_are_value_errors(speaking_tts):
     for field in ("text", "ref_text", "instructions"):
         request = {"text": "Hi.", field: "a\ud800b"}
@@ -397,3 +408,15 @@ def test_no_other_site_may_frame_the_page(server):
         headers = httpx.get(f"{server.url}{path}").headers
         assert "frame-ancestors 'self'" in headers["content-security-policy"]
         assert headers["x-frame-options"] == "SAMEORIGIN"
+
+
+def test_the_input_limit_counts_characters_as_the_model_reads_them(server):
+    digits = ("1234567 " * 500)[:4000]  # within the limit as written, 37,000 read out
+    body = {"input": digits, "max_new_tokens": 1, "response_format": "pcm"}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+    _assert_error_shape(response, 400, "input")
+    assert "4000 characters and 37000 once numbers" in response.json()["error"]["message"]
+    as_written = httpx.post(
+        f"{server.url}/v1/audio/speech", json={**body, "normalize": False}, timeout=120
+    )
+    assert as_written.status_code == 200 and as_written.content

@@ -439,3 +439,17 @@ def test_a_sessions_clip_is_decoded_once_however_many_sentences(
         assert received[-1]["total_sentences"] == sentences
         counts.append(len(decodes))
     assert counts[0] == counts[1] <= 2  # the config's check, and the utterance's
+
+
+def test_an_utterance_is_limited_as_it_is_read_out(server):
+    sentence = "1234567 " * 50 + ". "  # 402 characters, about 3,700 read out
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **CONFIG)
+        send(ws, "input.text", text=sentence * 2)
+        send(ws, "input.done")
+        received = receive_until(ws, "session.done")
+    errors = messages(received, "error")
+    assert len(errors) == 1, errors
+    assert "passed 4096 characters as it is read out" in errors[0]["message"]
+    assert [d["error"] for d in messages(received, "audio.done")] == [False]
+    assert received[-1]["total_sentences"] == 1

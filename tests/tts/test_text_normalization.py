@@ -266,3 +266,26 @@ def test_long_text_is_read_a_sentence_at_a_time(normalizer):
         normalizer.normalize("Dr. Smith paid $3.", "en")
         == "doctor Smith paid three dollars."
     )
+
+
+def test_a_short_text_waits_for_one_part_of_a_long_one_not_all():
+    from mlx_speech.normalization.grammars import _TakenInTurn
+
+    lock, order = _TakenInTurn(), []
+
+    def read(name: str, parts: int) -> None:
+        for part in range(parts):
+            with lock:
+                order.append(name)
+                if part == 10:  # the short text asks while a part is read
+                    asked = lock._next_ticket
+                    short.start()
+                    while lock._next_ticket == asked:
+                        threading.Event().wait(0.001)
+
+    short = threading.Thread(target=read, args=("short", 1))
+    long = threading.Thread(target=read, args=("long", 200))
+    long.start()
+    long.join(timeout=30)
+    short.join(timeout=30)
+    assert order.index("short") == 11 and len(order) == 201
