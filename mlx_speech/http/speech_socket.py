@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +39,12 @@ from .errors import ApiError
 from .resample import StreamingResampler
 from .speech_request import RequestRules, SpeechRequest, parse_speech_request
 
+log = logging.getLogger("mlx_speech.server")
+
 MAX_TEXT_MESSAGE_BYTES = 128 * 1024  # any message but session.config
+# Utterances a session may have sent and not yet had answered; each waits
+# for its turn, and only the one speaking counts toward --max-queue.
+MAX_UTTERANCES_WAITING = 8
 SOCKET_FORMAT = "wav"  # vLLM-Omni's default here (not the HTTP default)
 _CHECKED_TEXT = "Checking the options."
 POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
@@ -100,13 +107,18 @@ class SentenceAudio:
         return encode_whole(samples, self.rate, self._format)
 
 
+class StalledReader(Exception):
+    """The client accepted nothing for ``--stream-idle-timeout`` seconds."""
+
+
 class Utterance:
     """The text of one ``input.done``, and the task speaking it."""
 
     def __init__(self, index: int, stream: TextStream | None, feed: TextFeed | None):
         self.index = index
-        self.stream = stream  # None: refused (the server was busy)
+        self.stream = stream  # None: refused (the session or the server was full)
         self.feed = feed
+        self.admitted = False  # counted toward --max-queue: its turn came
         self.chars = 0
         self.flushed = anyio.Event()
         self.done = anyio.Event()
@@ -302,14 +314,16 @@ class SpeechSocket:
         if (open_utterance := self._taking_text()) is not None:
             return open_utterance
         stream = feed = None
-        if not empty:
-            try:
-                admit(self._state)  # the bound of waiting HTTP requests holds here too
-            except ApiError as error:
-                await self._error(f"{error.message}; this utterance is dropped")
-            else:
-                feed = TextFeed()
-                stream = await anyio.to_thread.run_sync(self._text_stream, feed)
+        if empty:
+            pass
+        elif len(self._utterances) >= MAX_UTTERANCES_WAITING:
+            await self._error(
+                f"a session may have {MAX_UTTERANCES_WAITING} utterances waiting to be "
+                "spoken; this utterance is dropped (send it after a session.done)"
+            )
+        else:
+            feed = TextFeed()
+            stream = await anyio.to_thread.run_sync(self._text_stream, feed)
         utterance = Utterance(self._next_index, stream, feed)
         previous = self._utterances[-1] if self._utterances else None
         self._next_index += 1
@@ -339,7 +353,7 @@ class SpeechSocket:
             if previous is not None:
                 await previous.done.wait()
             sentences = 0
-            if utterance.stream is not None:
+            if utterance.stream is not None and await self._admitted(utterance):
                 sentences = await self._send_segments(utterance, config)
             await utterance.flushed.wait()
             await self._send(
@@ -351,12 +365,31 @@ class SpeechSocket:
             )
         except (WebSocketDisconnect, RuntimeError):  # sending to a closed socket
             self._tasks.cancel_scope.cancel()
+        except StalledReader:
+            log.warning(
+                "a WebSocket client read nothing for %.0f s; session closed",
+                self._state.settings.stream_idle_timeout,
+            )
+            self._tasks.cancel_scope.cancel()
         finally:
             if utterance.stream is not None:
                 utterance.cancel()
+            if utterance.admitted:
                 self._state.metrics.request_closed()
             self._utterances.remove(utterance)
             utterance.done.set()
+
+    async def _admitted(self, utterance: Utterance) -> bool:
+        """Count the utterance in now that its turn came, or refuse it."""
+        try:
+            admit(self._state)  # the bound of waiting HTTP requests holds here too
+        except ApiError as error:
+            utterance.cancel()
+            utterance.stream = None  # its later pieces are dropped
+            await self._error(f"{error.message}; this utterance is dropped")
+            return False
+        utterance.admitted = True
+        return True
 
     async def _send_segments(self, utterance: Utterance, config: SocketConfig) -> int:
         """Each segment's audio.start, audio and audio.done; the count sent."""
@@ -399,21 +432,27 @@ class SpeechSocket:
 
     async def _send_audio(self, data: bytes) -> int:
         if data:
-            async with self._send_lock:
-                await self._socket.send_bytes(data)
-                self._last_sent = time.monotonic()
+            await self._delivered(lambda: self._socket.send_bytes(data))
         return len(data)
 
     async def _send(self, message: dict) -> None:
+        await self._delivered(lambda: self._socket.send_json(message))
+
+    async def _delivered(self, sending: Callable[[], Awaitable[None]]) -> None:
+        """One frame sent; ``StalledReader`` if the client took none of it
+        for ``--stream-idle-timeout`` seconds (as an HTTP stream is cut)."""
         async with self._send_lock:
-            await self._socket.send_json(message)
+            with anyio.move_on_after(self._state.settings.stream_idle_timeout) as waiting:
+                await sending()
+            if waiting.cancelled_caught:
+                raise StalledReader
             self._last_sent = time.monotonic()
 
     async def _error(self, message: str) -> None:
         try:
             await self._send({"type": "error", "message": message})
-        except (WebSocketDisconnect, RuntimeError):
-            pass  # the client has gone; nothing to tell
+        except (WebSocketDisconnect, RuntimeError, StalledReader):
+            pass  # the client has gone or reads nothing; nothing to tell
 
     async def _end(self, message: str, code: int = POLICY_VIOLATION) -> None:
         await self._error(message)

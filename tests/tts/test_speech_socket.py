@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -453,3 +454,59 @@ def test_an_utterance_is_limited_as_it_is_read_out(server):
     assert "passed 4096 characters as it is read out" in errors[0]["message"]
     assert [d["error"] for d in messages(received, "audio.done")] == [False]
     assert received[-1]["total_sentences"] == 1
+
+
+def test_a_session_may_have_eight_utterances_waiting(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **{**CONFIG, "max_new_tokens": 20})
+        for _ in range(10):  # sent long before the first is spoken
+            send(ws, "input.text", text="Hello.")
+            send(ws, "input.done")
+        received = []
+        while len(messages(received, "session.done")) < 10:
+            received += receive_until(ws, "session.done")
+    errors = messages(received, "error")
+    assert len(errors) == 2, errors
+    assert all("may have 8 utterances waiting" in e["message"] for e in errors)
+    answered = [d["total_sentences"] for d in messages(received, "session.done")]
+    assert answered == [1] * 8 + [0] * 2
+
+
+def _in_flight(server) -> int:
+    """Speech requests and utterances counted toward --max-queue."""
+    gauges = {}
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        gauges[name] = value
+    return int(gauges["mlx_speech_active_streams"]) + int(gauges["mlx_speech_queue_depth"])
+
+
+def _stall(ws, utterances: int) -> None:
+    """Send ``utterances``, then read nothing more."""
+    send(ws, "session.config", response_format="wav", max_new_tokens=40, seed=1)
+    for _ in range(utterances):
+        send(ws, "input.text", text="Hello there. How are you today?")
+        send(ws, "input.done")
+
+
+def test_a_session_that_stops_reading_holds_one_place_and_then_none(speaking_dir, tmp_path):
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path, max_queue=2, stream_idle_timeout=2
+    )
+    with RunningServer(settings, send_buffer=16384) as running:
+        sock = socket.create_connection(("127.0.0.1", running.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with connect(socket_url(running), sock=sock, max_queue=1, close_timeout=1) as ws:
+            _stall(ws, utterances=12)
+            time.sleep(1)
+            assert _in_flight(running) == 1  # the utterance speaking, not the 11 waiting
+            response = httpx.post(
+                f"{running.url}/v1/audio/speech",
+                json={"input": "Hi.", "max_new_tokens": 2, "response_format": "pcm"},
+                timeout=60,
+            )
+            assert response.status_code == 200, response.text
+            deadline = time.monotonic() + 20  # the stall ends the session after 2 s
+            while _in_flight(running):
+                assert time.monotonic() < deadline, "the stalled session kept its place"
+                time.sleep(0.1)
