@@ -7,13 +7,16 @@ and at ``。！？`` at once. Decimals (``3.5``), abbreviations (``Dr. Smith``, 
 initials (``J. R. Tolkien``) and an ellipsis inside a sentence (``wait... no``)
 do not end one. Clauses also end at ``, ; :`` and ``，、；：``. Text that runs
 past ``max_chars`` without an end is cut at its last space (anywhere, for
-text without spaces), so the wait for a segment stays bounded.
+text without spaces), so the wait for a segment stays bounded. With split
+"none" the text is one segment, held whole until its end: at most
+``MAX_WHOLE_CHARS``, what the other splits may hold in their queued segments.
 """
 
 from __future__ import annotations
 
 SPLITS = ("sentence", "clause", "none")
 MAX_SEGMENT_CHARS = 200
+MAX_WHOLE_CHARS = 64 * MAX_SEGMENT_CHARS  # text_stream.SEGMENTS_QUEUED segments
 
 _SENTENCE_ENDS = ".!?…"
 _CJK_SENTENCE_ENDS = "。！？"
@@ -39,6 +42,11 @@ class TextSegmenter:
 
     def feed(self, delta: str) -> list[str]:
         self._pending += delta
+        if self._split == "none" and len(self._pending) > MAX_WHOLE_CHARS:
+            raise ValueError(
+                f"the text passed {MAX_WHOLE_CHARS} characters before its end; split "
+                "'none' speaks a text whole, so split longer text by sentence or clause"
+            )
         return self._take(final=False)
 
     def finish(self) -> list[str]:

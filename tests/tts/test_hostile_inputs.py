@@ -266,6 +266,19 @@ def test_cli_refuses_undecodable_text(speaking_dir, tmp_path):
     assert "standard input is not UTF-8" in _cli_error(stdin)
 
 
+def test_cli_speaking_endless_input_whole_stops_at_the_bound(speaking_dir, tmp_path):
+    command = [MLX_SPEECH, "speak", "-", "--split", "none", "--model", str(speaking_dir)]
+    with open("/dev/zero", "rb") as zeros:
+        result = subprocess.run(
+            [*command, "-o", str(tmp_path / "x.wav")],
+            stdin=zeros,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert "passed 12800 characters before its end" in _cli_error(result)
+
+
 def test_cli_checks_the_output_directory_before_any_work(tmp_path):
     started = time.monotonic()
     line = _cli_error(

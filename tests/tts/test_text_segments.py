@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_speech.text_segments import TextSegmenter
+from mlx_speech.text_segments import MAX_WHOLE_CHARS, TextSegmenter
 
 
 def segments(text: str, split: str = "sentence", delta: int = 1, **options) -> list[str]:
@@ -83,3 +83,10 @@ def test_a_long_run_without_punctuation_is_cut_at_a_space():
 def test_an_unknown_split_is_refused():
     with pytest.raises(ValueError, match="split must be one of sentence, clause, none"):
         TextSegmenter("paragraph")
+
+
+def test_split_none_holds_a_bounded_text():
+    segmenter = TextSegmenter("none")
+    assert segmenter.feed("a" * MAX_WHOLE_CHARS) == []
+    with pytest.raises(ValueError, match="passed 12800 characters before its end"):
+        segmenter.feed("a")
