@@ -142,6 +142,36 @@ def test_a_long_clip_is_refused_by_its_header_before_it_is_decoded(speaking_tts)
     assert peak < 20 * 1024 * 1024, f"{peak / 2**20:.0f} MiB to refuse a 117 KB file"
 
 
+def _peak_decoding(clips: list[bytes]) -> int:
+    """Traced peak bytes while ``clips`` are loaded at once, one thread each."""
+    from mlx_speech.families.reference_audio import load_reference
+
+    def load(clip: bytes) -> None:
+        load_reference(clip, sample_rate=48000, channels=1, samples_per_frame=3840)
+
+    tracemalloc.start()
+    try:
+        threads = [threading.Thread(target=load, args=(clip,)) for clip in clips]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_clips_decoded_at_once_are_bounded_in_memory(monkeypatch):
+    from mlx_speech.families import reference_audio
+
+    monkeypatch.setattr(reference_audio, "_decoding", threading.BoundedSemaphore(2))
+    clip = _clip(5, rate=384_000, channels=8, fmt="FLAC")  # 123 MB as float samples
+    alone = _peak_decoding([clip])
+    assert alone < 45 * 2**20, f"{alone / 2**20:.0f} MiB: mixed to mono as it is read"
+    together = _peak_decoding([clip] * 5)
+    assert together < 2.5 * alone, f"{together / 2**20:.0f} MiB vs {alone / 2**20:.0f}"
+
+
 def test_many_channels_are_refused_by_the_header(speaking_tts):
     with pytest.raises(ValueError, match="up to 8 channels"):
         speaking_tts.prepare("Hi.", voice=_clip(1, channels=12))
