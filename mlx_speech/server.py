@@ -464,7 +464,10 @@ async def _lifespan(app: Starlette):
     # once (seen on the first request after start), paid here instead.
     await anyio.to_thread.run_sync(lambda: None)
     try:
-        yield
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(state.shutdown.end_bodies_when_overdue)
+            yield
+            tasks.cancel_scope.cancel()
     finally:
         engine.forward_observers.remove(state.metrics.forward)
         engine.configure(*before)

@@ -26,11 +26,10 @@ from .containers import StreamEncoder
 from .errors import ApiError
 from .metrics import Metrics
 from .resample import StreamingResampler
-from .shutdown import Shutdown
+from .shutdown import SHUTDOWN_POLL_SECONDS, Shutdown
 
 log = logging.getLogger("mlx_speech.server")
 
-SHUTDOWN_POLL_SECONDS = 0.1
 END_EARLY_SECONDS = 2.0  # to send a stream's end while the server stops
 STOPPING = "the server is shutting down"
 

@@ -6,7 +6,9 @@ headers; else the answer is 408 and the connection is closed (so a client
 that sends headers and a few bytes, then stalls, holds its connection only
 that long, and a slow drip cannot keep it either). A client that closes its
 connection before its body arrived is no server error: it is counted as 499
-(nginx's "client closed request"), and no answer is sent.
+(nginx's "client closed request"), and no answer is sent. A body still
+arriving when a stopping server's deadline passes gets 503 and the
+connection is closed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
+from .adapter import STOPPING
 from .errors import ApiError
 
 _MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers beside the clip
@@ -44,22 +47,30 @@ def _declared_length(request: Request) -> int | None:
 
 
 @asynccontextmanager
-async def _within(timeout: float) -> AsyncIterator[None]:
-    """The body's reading, bounded by ``timeout`` seconds."""
-    try:
-        with anyio.fail_after(timeout):
-            yield
-    except ClientDisconnect:
-        raise ApiError(
-            499, "the client closed the connection before its body arrived"
-        ) from None
-    except TimeoutError:
-        raise ApiError(
-            408,
-            f"the request body did not arrive within {timeout:g} seconds",
-            param="body",
-            headers={"Connection": "close"},  # the rest of it is never read
-        ) from None
+async def _within(request: Request, timeout: float) -> AsyncIterator[None]:
+    """The body's reading, bounded by ``timeout`` seconds and by the
+    deadline of a stopping server (``Shutdown.bodies``)."""
+    shutdown = request.app.state.shutdown
+    with anyio.CancelScope() as reading:
+        shutdown.bodies.add(reading)
+        try:
+            with anyio.fail_after(timeout):
+                yield
+        except ClientDisconnect:
+            raise ApiError(
+                499, "the client closed the connection before its body arrived"
+            ) from None
+        except TimeoutError:
+            raise ApiError(
+                408,
+                f"the request body did not arrive within {timeout:g} seconds",
+                param="body",
+                headers={"Connection": "close"},  # the rest of it is never read
+            ) from None
+        finally:
+            shutdown.bodies.discard(reading)
+    if reading.cancelled_caught:
+        raise ApiError(503, STOPPING, headers={"Connection": "close", "Retry-After": "5"})
 
 
 async def read_json(request: Request, limit: int, timeout: float) -> Any:
@@ -70,7 +81,7 @@ async def read_json(request: Request, limit: int, timeout: float) -> Any:
     if declared is not None and declared > limit:
         raise too_large
     body = bytearray()
-    async with _within(timeout):
+    async with _within(request, timeout):
         async for part in request.stream():
             body.extend(part)
             if len(body) > limit:
@@ -99,7 +110,7 @@ async def read_voice_upload(
     if declared is not None and declared > max_clip_bytes + _MULTIPART_OVERHEAD:
         raise too_large
     try:
-        async with _within(timeout):
+        async with _within(request, timeout):
             form = await request.form(
                 max_files=1, max_fields=8, max_part_size=max_clip_bytes
             )

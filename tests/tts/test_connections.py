@@ -6,6 +6,7 @@ the server."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 
@@ -14,6 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from mlx_speech.server import ServerSettings
+from tests.tts.support.cli import start_serving
 from tests.tts.support.server import RunningServer, assert_speaks
 
 
@@ -107,12 +109,18 @@ _STALLED_BODIES = {
 
 
 def _stalled_body(server, route: str) -> socket.socket:
+    return _stalled_body_to(server.port, route)
+
+
+def _stalled_body_to(port: int, route: str) -> socket.socket:
     path, content_type, start = _STALLED_BODIES[route]
     headers = (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
         f"Content-Length: 100\r\n\r\n"
     )
-    return _open(server, headers.encode() + start)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(headers.encode() + start)
+    return sock
 
 
 def _answer_then_close(sock: socket.socket, within: float) -> tuple[bytes, bool]:
@@ -196,3 +204,27 @@ def test_a_client_that_leaves_mid_body_is_no_server_error(server, route):
         assert time.monotonic() < deadline, "the departure was not counted"
         time.sleep(0.05)
     assert _responses(server, 500) == errors
+
+
+def test_bodies_still_arriving_when_the_server_stops_get_503(speaking_dir):
+    serving, url = start_serving(
+        speaking_dir, "--body-timeout", "60", "--shutdown-timeout", "1"
+    )
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        stalled = {route: _stalled_body_to(port, route) for route in _STALLED_BODIES}
+        time.sleep(0.3)
+        serving.send_signal(signal.SIGTERM)
+        for route, sock in stalled.items():
+            received, closed = _answer_then_close(sock, within=15)
+            sock.close()
+            head, _, body = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503 "), (route, received[:300])
+            assert json.loads(body)["error"]["message"] == "the server is shutting down"
+            assert closed, route
+        assert serving.wait(timeout=30) == 0
+    finally:
+        if serving.poll() is None:
+            serving.kill()
+    output = serving.stdout.read()
+    assert "Traceback" not in output and "Exception in ASGI application" not in output
