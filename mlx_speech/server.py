@@ -44,6 +44,7 @@ from .http.local_only import LocalOnly
 from .http.metrics import CountedResponses, Metrics
 from .http.openapi import openapi_document
 from .http.page import page, page_asset
+from .http.protocol_errors import JsonErrorsWebSocketProtocol
 from .http.shutdown import Shutdown
 from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
 from .http.speech_socket import OpenSockets, SpeechSocket, refuse
@@ -257,6 +258,16 @@ def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:
         raise ApiError(400, str(error)) from None
 
 
+async def speech_socket_over_http(request: Request) -> Response:
+    """The socket's route asked as plain HTTP: say how to reach it."""
+    raise ApiError(
+        426,
+        "this route is a WebSocket (vLLM-Omni's streaming protocol): connect "
+        "with ws:// (Upgrade: websocket)",
+        headers={"Upgrade": "websocket", "Connection": "Upgrade"},
+    )
+
+
 async def speech_socket(websocket: WebSocket) -> None:
     state = websocket.app.state
     try:
@@ -368,6 +379,7 @@ ROUTES = [
     Route("/v1/audio/speech", speech, methods=["POST"]),
     Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
     WebSocketRoute("/v1/audio/speech/stream", speech_socket),
+    Route("/v1/audio/speech/stream", speech_socket_over_http, methods=["GET"]),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
     Route("/v1/audio/voices", add_voice, methods=["POST"]),
     Route("/v1/audio/voices/{name}", remove_voice, methods=["DELETE"]),
@@ -443,6 +455,7 @@ def uvicorn_config(app: Starlette, settings: ServerSettings, **options: Any) -> 
         host=settings.host,
         port=settings.port,
         http=guarded_protocol(settings.header_timeout, settings.max_connections),
+        ws=JsonErrorsWebSocketProtocol,
         timeout_keep_alive=settings.keep_alive_timeout,
         ws_max_size=settings.max_body_bytes,
         # Streams end themselves at the deadline (``http.shutdown``); uvicorn

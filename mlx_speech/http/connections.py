@@ -4,7 +4,8 @@ and how long a client may take to send a request's headers.
 uvicorn times out a connection only when it is idle after a response; one
 that never finishes its headers (a slow or stalled client) stays open, and
 enough of them exhaust the server. ``guarded_protocol`` is uvicorn's h11
-protocol with both bounds added; everything else is uvicorn's own. A
+protocol with both bounds added (and its errors in JSON,
+``protocol_errors``); everything else is uvicorn's own. A
 connection upgraded to a WebSocket leaves the header timer: its session's
 own idle rule (``--socket-idle-timeout``) governs it from then on.
 """
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from .protocol_errors import JsonErrorsH11Protocol
 
 
-def guarded_protocol(header_timeout: float, max_connections: int) -> type[H11Protocol]:
-    class GuardedH11Protocol(H11Protocol):
+def guarded_protocol(
+    header_timeout: float, max_connections: int
+) -> type[JsonErrorsH11Protocol]:
+    class GuardedH11Protocol(JsonErrorsH11Protocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._header_timer: asyncio.TimerHandle | None = None

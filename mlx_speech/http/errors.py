@@ -14,6 +14,7 @@ ERROR_TYPES = {
     409: "conflict_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    426: "invalid_request_error",
     429: "rate_limit_error",
     499: "invalid_request_error",  # the client left: counted, never received
     500: "server_error",

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import logging
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -443,6 +445,45 @@ def test_a_wrong_method_is_told_the_allowed_ones(server):
     response = httpx.get(f"{server.url}/v1/audio/speech")
     assert response.status_code == 405 and response.headers["allow"] == "POST"
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_the_socket_route_asked_over_http_says_how_to_connect(server):
+    response = httpx.get(f"{server.url}/v1/audio/speech/stream")
+    _assert_error_shape(response, 426, None)
+    assert "connect with ws://" in response.json()["error"]["message"]
+    assert response.headers["upgrade"] == "websocket"
+
+
+def _raw_answer(server, request: bytes) -> tuple[str, dict]:
+    """(status line, JSON body) of the server's answer to raw ``request`` bytes."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request)
+        received = b""
+        while part := sock.recv(4096):
+            received += part
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), head
+    return head.split(b"\r\n")[0].decode(), json.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n", 400),
+        (  # an upgrade without Sec-WebSocket-Key
+            b"GET /v1/audio/speech/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            400,
+        ),
+    ],
+    ids=["request-line", "header", "websocket-handshake"],
+)
+def test_protocol_errors_are_json(server, request_bytes, status):
+    status_line, body = _raw_answer(server, request_bytes)
+    assert status_line.startswith(f"HTTP/1.1 {status} "), status_line
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert len(body["error"]["message"]) < 200
 
 
 def test_no_other_site_may_frame_the_page(server):
