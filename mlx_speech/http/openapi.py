@@ -13,6 +13,7 @@ from ..settings import ServerSettings
 from ..time_stretch import MAX_SPEED, MIN_SPEED
 from .batch import MAX_ITEMS
 from .errors import ERROR_TYPES
+from .page import ASSETS
 from .speech_request import (
     ACCEPTED_REFERENCES,
     MAX_SAMPLE_RATE,
@@ -35,6 +36,17 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 def _speech_fields(settings: ServerSettings) -> dict[str, Any]:
+    """The fields of a speech request; each but ``input`` may be null, which
+    means absent (as the parser reads it)."""
+    fields = _field_schemas(settings)
+    absent = {"type": "null", "description": "the same as leaving the field out"}
+    return {
+        name: schema if name == "input" else {"anyOf": [schema, absent]}
+        for name, schema in fields.items()
+    }
+
+
+def _field_schemas(settings: ServerSettings) -> dict[str, Any]:
     clip = {"type": "string", "description": ACCEPTED_REFERENCES}
     reference = {"oneOf": [clip, {"type": "array", "items": clip, "minItems": 1}]}
     return {
@@ -259,14 +271,29 @@ def _other_routes() -> dict[str, Any]:
         "/metrics": get("Prometheus text", "text/plain"),
         "/openapi.json": get("This document"),
         "/": get("The page: type, pick or clone a voice, hear it stream", "text/html"),
-        "/page/{name}": get("The page's script (page.js) and style sheet (page.css)"),
+        "/page/{name}": {
+            "get": {
+                "summary": "The page's script (page.js) and style sheet (page.css)",
+                "parameters": [
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"enum": list(ASSETS)},
+                    }
+                ],
+                "responses": {"200": {"content": dict.fromkeys(ASSETS.values(), {})}}
+                | _errors(404),
+            }
+        },
         "/v1/audio/speech/stream": {
             "get": {
                 "summary": "WebSocket (vLLM-Omni's protocol): text in as it is written, "
-                "audio out sentence by sentence; the messages are in docs/speech.md",
+                "audio out sentence by sentence; the messages are in docs/speech.md. "
+                "Asked without Upgrade: websocket, 426",
                 "responses": {
                     "101": {"description": "Switching Protocols"},
-                    **_errors(401),
+                    **_errors(401, 426),
                 },
             }
         },

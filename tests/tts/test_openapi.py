@@ -5,6 +5,7 @@ WebSocket) finds no 5xx and no internal error."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -220,3 +221,25 @@ def test_fuzzed_socket_sessions_end_well(server, document):
 
     check()
     assert_speaks(server)
+
+
+def test_every_path_parameter_is_declared(document):
+    for path, operations in document["paths"].items():
+        named = set(re.findall(r"{(\w+)}", path))
+        for method, operation in operations.items():
+            declared = {
+                p["name"] for p in operation.get("parameters", []) if p["in"] == "path"
+            }
+            assert declared == named, (path, method)
+
+
+def test_null_fields_are_described_as_absent_and_read_so(server, document):
+    fields = _speech_fields(document)
+    optional = [name for name in fields if name != "input"]
+    for name in optional:
+        assert fields[name]["anyOf"][1]["type"] == "null", name
+    nulls = {name: None for name in optional if name != "max_new_tokens"}
+    body = {"input": "Hi.", "max_new_tokens": 2, **nulls}
+    response = _post(server, "/v1/audio/speech", body)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/mpeg"  # the default format
