@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "mlx-speech-api-key";
-const CLIP_VOICE = "__clip__"; // the voice option that clones the clip below, unsaved
+const CLIP_VOICE = ""; // the option that clones the clip below, unsaved: no voice id is empty
 
 const session = {
   key: sessionStorage.getItem(KEY_STORAGE),

@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mlx_speech.server import ServerSettings
@@ -37,6 +38,7 @@ FLAGS = [
     "--use-fake-ui-for-media-stream",
 ]
 MAX_INPUT_CHARS = 300
+CLIP_OPTION = "the clip below (not saved)"
 
 
 @contextlib.contextmanager
@@ -135,13 +137,31 @@ def test_a_clip_saved_as_a_voice_speaks_and_can_be_deleted(page, server, referen
     page.wait_for_selector("#voice option[value=page-voice]", state="detached")
 
 
+def test_a_saved_voice_of_any_name_is_not_taken_for_the_clip(page, server, reference_clip):
+    with open(reference_clip, "rb") as clip:
+        saved = httpx.post(
+            f"{server.url}/v1/audio/voices",
+            data={"name": "__clip__"},
+            files={"audio_sample": ("c.wav", clip, "audio/wav")},
+        )
+    assert saved.status_code == 201, saved.text
+    try:
+        page.reload()
+        page.wait_for_selector("#voice option[value=__clip__]", state="attached")
+        page.select_option("#voice", "__clip__")
+        speak(page)  # with no clip chosen: the saved voice, not the clip option
+        wait_for_state(page, "done")
+    finally:
+        httpx.delete(f"{server.url}/v1/audio/voices/__clip__")
+
+
 def test_a_recorded_clip_clones_once(page):
     page.locator("#clone").evaluate("details => { details.open = true; }")
     page.click("#record")
     page.wait_for_timeout(1500)  # the fake microphone plays a tone
     page.click("#stop-record")
     page.wait_for_selector("#clip-status:has-text('Clip: recording')")
-    page.select_option("#voice", "__clip__")
+    page.select_option("#voice", label=CLIP_OPTION)
     speak(page)
     wait_for_state(page, "done")
     assert page.is_hidden("#message")
@@ -157,7 +177,7 @@ def test_server_errors_are_shown_in_words(page, tmp_path):
     not_audio.write_text("these are not audio samples")
     page.set_input_files("#clip", str(not_audio))
     page.wait_for_selector("#clip-status:has-text('Clip: notes.wav')")
-    page.select_option("#voice", "__clip__")
+    page.select_option("#voice", label=CLIP_OPTION)
     speak(page)
     wait_for_state(page, "error")
     assert "reference audio bytes could not be decoded" in page.text_content("#message")
