@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException
+from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 
+from ..errors import shown
 from .adapter import STOPPING
 from .errors import ApiError
 
@@ -96,6 +97,26 @@ async def read_json(request: Request, limit: int, timeout: float) -> Any:
         ) from None
 
 
+class _NotUtf8(MultiPartException):
+    def __init__(self, field: str, byte: int):
+        super().__init__(f"the field {shown(field)} is not UTF-8 text (byte {byte})")
+        self.field = field
+
+
+class _Utf8FieldsParser(MultiPartParser):
+    """Starlette's multipart parser, refusing a text field that is not UTF-8
+    (Starlette reads it as Latin-1, which would store mojibake)."""
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None:
+            try:
+                bytes(part.data).decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise _NotUtf8(part.field_name, error.start) from None
+        super().on_part_end()
+
+
 async def read_voice_upload(
     request: Request, max_clip_bytes: int, timeout: float
 ) -> VoiceUpload:
@@ -110,12 +131,28 @@ async def read_voice_upload(
     if declared is not None and declared > max_clip_bytes + _MULTIPART_OVERHEAD:
         raise too_large
     try:
-        async with _within(request, timeout):
-            form = await request.form(
-                max_files=1, max_fields=8, max_part_size=max_clip_bytes
+        async with _within(request, timeout), aclosing(request.stream()) as stream:
+            parser = _Utf8FieldsParser(
+                request.headers,
+                stream,
+                max_files=1,
+                max_fields=8,
+                max_part_size=max_clip_bytes,
             )
+            form = await parser.parse()
+    except _NotUtf8 as error:
+        raise ApiError(400, error.message, param=error.field[:64]) from None
     except MultiPartException as error:
         raise ApiError(400, f"bad multipart body: {error.message}") from None
+    try:
+        return await _voice_upload(form, max_clip_bytes, too_large)
+    finally:
+        await form.close()
+
+
+async def _voice_upload(
+    form: FormData, max_clip_bytes: int, too_large: ApiError
+) -> VoiceUpload:
     upload = form.get("audio_sample")
     if not isinstance(upload, UploadFile):
         raise ApiError(400, "audio_sample (a file) is required", param="audio_sample")

@@ -188,6 +188,21 @@ def test_upload_ref_text_is_bounded(server):
     _assert_error_shape(response, 400, "ref_text")
 
 
+def test_upload_fields_that_are_not_utf8_are_refused(server):
+    fields = {"name": "latin", "ref_text": "caf\xe9".encode("latin-1")}
+    response = httpx.post(
+        f"{server.url}/v1/audio/voices",
+        files={
+            "audio_sample": ("a.wav", _clip(1), "audio/wav"),
+            **{name: (None, value) for name, value in fields.items()},
+        },
+    )
+    _assert_error_shape(response, 400, "ref_text")
+    assert "not UTF-8 text (byte 3)" in response.json()["error"]["message"]
+    listed = httpx.get(f"{server.url}/v1/audio/voices").json()["voices"]
+    assert "latin" not in [voice["name"] for voice in listed]
+
+
 def test_every_status_is_counted(server):
     voice = {"audio_sample": ("a.wav", _clip(1), "audio/wav")}
     created = httpx.post(
