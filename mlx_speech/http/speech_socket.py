@@ -33,7 +33,7 @@ from ..pcm import to_pcm16
 from ..text_segments import SPLITS
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from ..tts import TTS
-from .adapter import SHUTDOWN_POLL_SECONDS, STOPPING
+from .adapter import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
 from .admission import admit
 from .errors import ApiError
 from .resample import StreamingResampler
@@ -121,6 +121,7 @@ class Utterance:
         self.admitted = False  # counted toward --max-queue: its turn came
         self.chars = 0
         self.flushed = anyio.Event()
+        self.spoken = anyio.Event()  # its last audio.done was sent
         self.done = anyio.Event()
 
     def cancel(self) -> None:
@@ -355,6 +356,7 @@ class SpeechSocket:
             sentences = 0
             if utterance.stream is not None and await self._admitted(utterance):
                 sentences = await self._send_segments(utterance, config)
+            utterance.spoken.set()
             await utterance.flushed.wait()
             await self._send(
                 {
@@ -372,6 +374,7 @@ class SpeechSocket:
             )
             self._tasks.cancel_scope.cancel()
         finally:
+            utterance.spoken.set()
             if utterance.stream is not None:
                 utterance.cancel()
             if utterance.admitted:
@@ -407,8 +410,11 @@ class SpeechSocket:
                     return count
                 await self._send(_done_message(utterance, started.index, sent, True))
                 return count + 1
-            if event is None:
-                return count
+            if event is None:  # the end, or the utterance was cancelled mid-sentence
+                if started is None:
+                    return count
+                await self._send(_done_message(utterance, started.index, sent, True))
+                return count + 1
             if isinstance(event, SegmentStarted):
                 started, audio, sent = event, SentenceAudio(config, native_rate), 0
                 await self._send(self._start_message(utterance, event, audio, config))
@@ -469,6 +475,10 @@ class SpeechSocket:
             await anyio.sleep(SHUTDOWN_POLL_SECONDS)
         for utterance in self._utterances:
             utterance.cancel()
+        with anyio.move_on_after(END_EARLY_SECONDS):  # a sentence begun gets its end
+            for utterance in list(self._utterances):
+                if utterance.admitted:
+                    await utterance.spoken.wait()
         await self._end(STOPPING, GOING_AWAY)
         self._tasks.cancel_scope.cancel()
 

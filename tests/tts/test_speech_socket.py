@@ -282,6 +282,8 @@ def test_a_stopping_server_ends_the_session_with_a_message(speaking_dir):
             assert refused.value.response.status_code == 503
             received = receive_until(ws, "error", timeout=30)
             assert received[-1]["message"] == "the server is shutting down"
+            cut = messages(received, "audio.done")  # the sentence begun is ended
+            assert [(d["sentence_index"], d["error"]) for d in cut] == [(0, True)]
             with pytest.raises(ConnectionClosed) as closed:
                 while True:
                     ws.recv(timeout=10)
