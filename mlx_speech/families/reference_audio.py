@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import threading
 from typing import Any
 
@@ -62,6 +63,22 @@ def _mixed(data: np.ndarray, channels: int) -> np.ndarray:
     return data.mean(axis=1, keepdims=True, dtype=np.float32)
 
 
+def _regular_file(path: str, described: str) -> io.BufferedReader:
+    """``path`` opened for reading if it is a regular file: a FIFO or a
+    device would block its reader, or never end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open waits for a writer
+    except OSError as error:
+        raise InvalidRequest(
+            "voice", f"{described} cannot be read: {error.strerror}"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidRequest("voice", f"{described} is not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def _decode(source: Any, channels: int) -> tuple[np.ndarray, int]:
     """A saved voice, path, bytes or (samples, sample_rate) → ([samples,
     channels] float32, rate), mixed as ``_mixed`` says."""
@@ -74,7 +91,9 @@ def _decode(source: Any, channels: int) -> tuple[np.ndarray, int]:
     if isinstance(source, (bytes, bytearray, memoryview)):
         return _read_file(io.BytesIO(source), "reference audio bytes", channels)
     if isinstance(source, (str, os.PathLike)):
-        return _read_file(str(source), f"reference audio {shown(str(source))}", channels)
+        described = f"reference audio {shown(str(source))}"
+        with _regular_file(str(source), described) as handle:
+            return _read_file(handle, described, channels)
     if isinstance(source, tuple) and len(source) == 2:
         samples, rate = source
         if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:

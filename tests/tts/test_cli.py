@@ -135,7 +135,7 @@ def test_speak_clones_from_a_reference_file(speaking_dir, reference_clip, tmp_pa
         ),
         (
             ["speak", "Hi", "--model", "{model}", "--ref-audio", "missing.wav"],
-            "reference audio 'missing.wav' could not be decoded",
+            "reference audio 'missing.wav' cannot be read: No such file or directory",
         ),
     ],
 )

@@ -326,6 +326,16 @@ def test_cli_speaking_endless_input_whole_stops_at_the_bound(speaking_dir, tmp_p
     assert "passed 12800 characters before its end" in _cli_error(result)
 
 
+def test_a_fifo_named_as_a_clip_is_refused_not_waited_on(speaking_dir, tmp_path):
+    fifo = tmp_path / "clip.wav"
+    os.mkfifo(fifo)  # no writer ever opens it
+    out = str(tmp_path / "x.wav")
+    result = run(
+        "speak", "Hi.", "--model", str(speaking_dir), "--ref-audio", str(fifo), "-o", out
+    )
+    assert "is not a regular file" in _cli_error(result)
+
+
 def test_cli_checks_the_output_directory_before_any_work(tmp_path):
     started = time.monotonic()
     line = _cli_error(
