@@ -315,14 +315,12 @@ class SpeechSocket:
         if (open_utterance := self._taking_text()) is not None:
             return open_utterance
         stream = feed = None
-        if empty:
-            pass
-        elif len(self._utterances) >= MAX_UTTERANCES_WAITING:
+        if not empty and len(self._utterances) >= MAX_UTTERANCES_WAITING:
             await self._error(
                 f"a session may have {MAX_UTTERANCES_WAITING} utterances waiting to be "
                 "spoken; this utterance is dropped (send it after a session.done)"
             )
-        else:
+        elif not empty:
             feed = TextFeed()
             stream = await anyio.to_thread.run_sync(self._text_stream, feed)
         utterance = Utterance(self._next_index, stream, feed)
@@ -406,11 +404,8 @@ class SpeechSocket:
                 event = await _next_event(events)
             except Exception as error:  # noqa: BLE001 - a segment failed: say so
                 await self._error(f"generation failed: {str(error)[:300]}")
-                if started is None:
-                    return count
-                await self._send(_done_message(utterance, started.index, sent, True))
-                return count + 1
-            if event is None:  # the end, or the utterance was cancelled mid-sentence
+                event = None
+            if event is None:  # the end, a failure, or a cancel mid-sentence
                 if started is None:
                     return count
                 await self._send(_done_message(utterance, started.index, sent, True))
