@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -63,6 +64,13 @@ log = logging.getLogger("mlx_speech.server")
 Loader = Callable[..., TTS]
 
 
+def model_id(model: str) -> str:
+    """The model's name for clients: a hub id as given, a local checkpoint's
+    directory name (never the server's path)."""
+    path = Path(model).expanduser()
+    return path.resolve().name if path.is_dir() else model
+
+
 class ModelSlot:
     """The model, loaded in the background so /health can answer meanwhile."""
 
@@ -77,7 +85,8 @@ class ModelSlot:
         backend: str | None = None,
         max_text_chars: int | None = None,
     ):
-        self.name = model
+        self.name = model  # as given: a hub id or the server's path (for the log)
+        self.id = model_id(model)  # what clients see
         self._normalize = normalize
         self._max_text_chars = max_text_chars
         self._quantize = quantize
@@ -328,7 +337,7 @@ async def models(request: Request) -> Response:
     """OpenAI's model list; ``created`` is when this server started."""
     slot: ModelSlot = request.app.state.slot
     entry: dict[str, Any] = {
-        "id": slot.name,
+        "id": slot.id,
         "object": "model",
         "created": request.app.state.started,
         "owned_by": "mlx-speech",
@@ -346,7 +355,7 @@ async def models(request: Request) -> Response:
 async def audio_models(request: Request) -> Response:
     """The speech models, as Open WebUI discovers them (``models[i]["id"]``)."""
     slot: ModelSlot = request.app.state.slot
-    return JSONResponse({"models": [{"id": slot.name, "name": slot.name}]})
+    return JSONResponse({"models": [{"id": slot.id, "name": slot.id}]})
 
 
 async def health(request: Request) -> Response:
@@ -357,7 +366,7 @@ async def health(request: Request) -> Response:
         return JSONResponse({"status": "loading"}, status_code=503)
     tts = slot.tts
     return JSONResponse(
-        {"status": "ok", "model": slot.name, "backend": tts.backend, "device": tts.device}
+        {"status": "ok", "model": slot.id, "backend": tts.backend, "device": tts.device}
     )
 
 

@@ -4,6 +4,7 @@ the request fields in step with what the parser reads)."""
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any
 
 from ..clip_rules import MAX_REF_TEXT_CHARS
@@ -337,7 +338,7 @@ COMPONENTS = {
 def openapi_document(settings: ServerSettings) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
-        "info": {"title": "mlx-speech", "version": "1"},
+        "info": {"title": "mlx-speech", "version": version("mlx-speech-server")},
         "paths": {
             "/v1/audio/speech": _speech_route(settings),
             "/v1/audio/speech/batch": _batch_route(settings),

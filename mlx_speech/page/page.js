@@ -79,6 +79,26 @@ function setStatus(state, text) {
   $("status").textContent = text;
 }
 
+// The model
+
+async function showModel() {
+  let health;
+  try {
+    health = await (await fetch("/health")).json();
+  } catch (error) {
+    $("model").textContent = `Model: the server did not answer (${error.message})`;
+    return;
+  }
+  if (health.status === "loading") {
+    $("model").textContent = "Model: loading…";
+    setTimeout(showModel, 1000);
+  } else if (health.status === "failed") {
+    $("model").textContent = `Model: it failed to load: ${health.error}`;
+  } else {
+    $("model").textContent = `Model: ${health.model}, on ${health.backend} (${health.device})`;
+  }
+}
+
 // Voices
 
 async function loadVoices(select) {
@@ -430,4 +450,5 @@ $("key-panel").addEventListener("submit", (event) => {
   clearError();
   loadVoices();
 });
+showModel();
 loadVoices();

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from importlib.metadata import version
 
 import httpx
 import pytest
@@ -243,3 +244,7 @@ def test_null_fields_are_described_as_absent_and_read_so(server, document):
     response = _post(server, "/v1/audio/speech", body)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "audio/mpeg"  # the default format
+
+
+def test_the_document_carries_the_package_version(document):
+    assert document["info"]["version"] == version("mlx-speech-server")

@@ -99,6 +99,13 @@ def wait_for_state(page, state: str, timeout: float = 120_000) -> None:
     page.wait_for_selector(f"#status[data-state={state}]", timeout=timeout)
 
 
+def test_the_page_names_the_model_and_what_runs_it(page, speaking_dir):
+    health = httpx.get(page.url + "health").json()
+    page.wait_for_selector(f"#model:has-text('{speaking_dir.name}')")
+    runs = f"on {health['backend']} ({health['device']})"
+    assert page.text_content("#model") == f"Model: {speaking_dir.name}, {runs}"
+
+
 def test_the_page_plays_audio_while_it_is_generated(page):
     frames = 1200  # generation goes on for seconds after playback starts
     speak(page, "A longer text, to hear while it is generated.", frames)

@@ -326,11 +326,12 @@ def test_info_routes(server, speaking_dir):
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
     models = httpx.get(f"{server.url}/v1/models").json()
     assert models["object"] == "list"
-    assert models["data"][0]["id"] == str(speaking_dir)
+    assert models["data"][0]["id"] == speaking_dir.name  # not the server's path
     assert models["data"][0]["family"] == "moss_tts_nano"
     assert isinstance(models["data"][0]["created"], int)
     audio_models = httpx.get(f"{server.url}/v1/audio/models").json()  # Open WebUI's
-    assert [model["id"] for model in audio_models["models"]] == [str(speaking_dir)]
+    assert [model["id"] for model in audio_models["models"]] == [speaking_dir.name]
+    assert httpx.get(f"{server.url}/health").json()["model"] == speaking_dir.name
     assert httpx.get(f"{server.url}/v1/audio/voices").json() == {
         "voices": [{"id": "default", "name": "default", "kind": "default"}],
         "uploaded_voices": [],
