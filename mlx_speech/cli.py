@@ -527,24 +527,31 @@ def _read_clip(name: str) -> bytes:
     return clip
 
 
-def _stdin_deltas(read=None):
-    """Standard input as it arrives (a pipe from a chat model), as text."""
-    read = read or (lambda: os.read(sys.stdin.fileno(), 4096))
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    consumed = 0
-    while True:
-        data = read()
-        try:
-            text = decoder.decode(data, final=not data)
-        except UnicodeDecodeError as error:
-            raise RuntimeError(
-                f"standard input is not UTF-8 text (byte {consumed + error.start})"
-            ) from None
-        consumed += len(data)
-        if text:
-            yield text
-        if not data:
-            return
+class _StandardInput:
+    """Standard input as it arrives (a pipe from a chat model), as text;
+    ``any_text`` says whether any of it was more than whitespace."""
+
+    def __init__(self, read=None):
+        self._read = read or (lambda: os.read(sys.stdin.fileno(), 4096))
+        self.any_text = False
+
+    def __iter__(self):
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        consumed = 0
+        while True:
+            data = self._read()
+            try:
+                text = decoder.decode(data, final=not data)
+            except UnicodeDecodeError as error:
+                raise RuntimeError(
+                    f"standard input is not UTF-8 text (byte {consumed + error.start})"
+                ) from None
+            consumed += len(data)
+            if text:
+                self.any_text = self.any_text or bool(text.strip())
+                yield text
+            if not data:
+                return
 
 
 def _speech_stream(tts, args: argparse.Namespace):
@@ -560,7 +567,7 @@ def _speech_stream(tts, args: argparse.Namespace):
         **{name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
     }
     if args.text == "-":
-        return tts.stream_text(_stdin_deltas(), split=args.split, **options)
+        return tts.stream_text(args.stdin, split=args.split, **options)
     return tts.stream(args.text, **options)
 
 
@@ -593,6 +600,7 @@ def _speak(args: argparse.Namespace) -> None:
         format_for_path(output, args.format)  # a bad name fails before any work
         if not Path(output).absolute().parent.is_dir():
             raise RuntimeError(f"cannot write {output}: its directory does not exist")
+    loading = time.perf_counter()
     tts = mlx_speech.load(
         args.model or DEFAULT_MODEL,
         voices_dir=args.voices_dir,
@@ -600,6 +608,7 @@ def _speak(args: argparse.Namespace) -> None:
         backend=args.backend,
     )
     player = Player(tts.sample_rate, args.channels or 1) if args.play else None
+    args.stdin = _StandardInput()
     started = time.perf_counter()
     first_audio = None
     chunks = []
@@ -616,25 +625,43 @@ def _speak(args: argparse.Namespace) -> None:
         if player is not None:
             player.close()
     elapsed = time.perf_counter() - started
+    if args.text == "-" and not args.stdin.any_text:
+        raise RuntimeError(
+            "standard input was empty: nothing to speak (pipe text in, or give "
+            "the text as the argument instead of -)"
+        )
     samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
     audio = mlx_speech.Audio(samples, tts.sample_rate)
-    rtf = elapsed / audio.duration if audio.duration else float("inf")
     where = "played"
     if output is not None:
         try:
-            where = f"wrote {audio.write(Path(output), format=args.format)}"
+            written = audio.write(Path(output), format=args.format)
         except OSError as error:  # a full disk, a device that refuses writes
             raise RuntimeError(
                 f"cannot write {output}: {error.strerror or error}"
             ) from None
-    print(
-        f"{where}: {audio.duration:.2f} s of audio; first audio after "
-        f"{(first_audio or elapsed) * 1000:.0f} ms; real-time factor {rtf:.2f} "
-        f"(generation time / audio time); backend: {tts.backend} on {tts.device}, "
-        f"BLAS: {active_blas()}"
-    )
+        kind = format_for_path(written, args.format).name
+        layout = "mono" if audio.channels == 1 else f"{audio.channels} channels"
+        where = f"wrote {written} ({kind}, {tts.sample_rate} Hz, {layout})"
+    print(_summary(where, audio.duration, started - loading, first_audio, elapsed))
+    print(f"backend: {tts.backend} on {tts.device}, BLAS: {active_blas()}")
     if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
+
+
+def _summary(
+    where: str, seconds: float, load: float, first_audio: float | None, total: float
+) -> str:
+    """What ``speak`` made, and what each time measures."""
+    rtf = f"{total / seconds:.2f}" if seconds else "none (no audio)"
+    first = (
+        "no audio" if first_audio is None else f"first audio {first_audio * 1000:.0f} ms"
+    )
+    return (
+        f"{where}: {seconds:.2f} s of audio; model loaded in {load:.1f} s; then "
+        f"{first} and all of it in {total:.2f} s (real-time factor {rtf}: "
+        "generation time / audio time)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,8 +31,17 @@ def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
     assert result.returncode == 0, result.stderr
     samples, rate = soundfile.read(out)
     assert rate == 48000 and len(samples) == 12 * 960
-    assert "first audio after" in result.stdout and "real-time factor" in result.stdout
-    assert "0.24 s of audio" in result.stdout
+    summary = result.stdout.splitlines()[0]
+    assert summary.startswith(f"wrote {out} (flac, 48000 Hz, mono): 0.24 s of audio; ")
+    assert "model loaded in" in summary and "then first audio" in summary
+    assert "real-time factor" in summary
+
+
+def test_speak_dash_with_nothing_on_standard_input_is_an_error(speaking_dir, tmp_path):
+    out = tmp_path / "empty.wav"
+    result = run("speak", "-", "--model", str(speaking_dir), "-o", str(out), stdin=" \n")
+    assert result.returncode == 1 and not out.exists()
+    assert "standard input was empty: nothing to speak" in result.stderr
 
 
 def test_speak_says_which_fields_the_model_ignored(speaking_dir, tmp_path):
