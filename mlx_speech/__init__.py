@@ -8,86 +8,26 @@ for chunk in tts.stream("Hello again.", voice="me.wav"):
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-
-from .audio import Audio
-from .backends import accelerator_for, device_name, requested_backend
-from .engine import shared_engine
-from .errors import GenerationError, ModelLoadError
-from .families import QUANTIZE_BITS, LoadOptions
-from .normalization import TextNormalizer
-from .registry import FAMILIES, model_family, resolve_model_dir
-from .tts import TTS
-from .voice_store import VoiceStore
+import importlib
+from typing import Any
 
 DEFAULT_MODEL = "mlx-community/MOSS-TTS-Nano-100M"
-log = logging.getLogger("mlx_speech.engine")
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "TTS",
-    "Audio",
-    "GenerationError",
-    "ModelLoadError",
-    "VoiceStore",
-    "load",
-]
+# Imported at first use, so that the command line's --help and usage errors
+# answer without loading MLX and the model code.
+_EXPORTS = {
+    "TTS": "tts",
+    "Audio": "audio",
+    "GenerationError": "errors",
+    "ModelLoadError": "errors",
+    "VoiceStore": "voice_store",
+    "load": "loading",
+}
+
+__all__ = ["DEFAULT_MODEL", *_EXPORTS]
 
 
-def load(
-    model: str | Path = DEFAULT_MODEL,
-    voices_dir: str | Path | VoiceStore | None = None,
-    voice_aliases: dict[str, str] | None = None,
-    normalize: bool = True,
-    quantize: int | None = None,
-    backend: str | None = None,
-) -> TTS:
-    """Load a checkpoint (local directory or hub id); its family comes from config.json.
-
-    ``voices_dir`` holds saved voices (default: a per-user data directory), or
-    is the ``VoiceStore`` to share with the caller; ``voice="NAME"`` then uses one.
-    ``voice_aliases`` maps names clients send (``{"alloy": "grandma"}``) to voices.
-    ``normalize`` is the default of each request's text normalization.
-    ``quantize`` (8 or 4) quantizes MOSS-TTS-Nano's transformer weights to
-    that many bits as they load (the codec stays float).
-    ``backend`` is ``"auto"``, ``"mlx"`` or ``"host"`` (default:
-    ``MLX_SPEECH_BACKEND``, else ``"auto"``; see ``mlx_speech.backends``);
-    ``tts.backend`` says which runs.
-    """
-    chosen = requested_backend(backend)
-    if quantize is not None and (
-        quantize not in QUANTIZE_BITS or not isinstance(quantize, int)
-    ):
-        raise ValueError(f"quantize must be 8, 4 or None (bits), got {quantize!r}")
-    model_dir = resolve_model_dir(model)
-    family = model_family(model_dir)
-    engine = shared_engine()
-
-    def load_on_worker():
-        accelerator, why = accelerator_for(chosen, family)
-        options = LoadOptions(engine.max_batch, quantize, accelerator)
-        try:
-            service = FAMILIES[family](model_dir, options)
-        except ModelLoadError:
-            raise
-        except Exception as error:
-            raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
-        if accelerator is not None and service.backend == "mlx":
-            if chosen == "host":
-                raise ModelLoadError(
-                    "the host backend cannot run this model here: none of its parts "
-                    "gives MLX's numbers on this machine (the log says which differ)"
-                )
-            why = "the host engine's parts differ from MLX's here"
-        device = device_name()
-        log.info("backend: %s (%s), device: %s", service.backend, why, device)
-        return service, device
-
-    store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
-    aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
-    normalizer = TextNormalizer()
-    grammars = normalizer.preload()  # beside the model, not after it
-    service, device = engine.call(load_on_worker)
-    grammars.join()  # so the first request does not wait for them
-    return TTS(service, engine, store, aliases, normalize, normalizer, device)
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mlx_speech' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -15,11 +15,10 @@ from __future__ import annotations
 import logging
 import os
 
-import mlx.core as mx
-
 from .errors import ModelLoadError
-from .families import moss_nano
 
+# MLX and the families are imported where they are used: the command line
+# reads BACKENDS to parse its arguments, before anything runs.
 log = logging.getLogger("mlx_speech.engine")
 
 BACKEND_VARIABLE = "MLX_SPEECH_BACKEND"
@@ -40,6 +39,8 @@ def accelerator_for(backend: str, family: str):
     """MLX's thread (the engine's checks run MLX): the accelerator to hand
     ``family``'s loader (``None``: MLX alone), and why, in a few words.
     ``ModelLoadError`` where the asked backend cannot run here."""
+    from .families import moss_nano
+
     if backend == "mlx":
         return None, "asked for"
     if family != moss_nano.FAMILY:
@@ -61,4 +62,6 @@ def accelerator_for(backend: str, family: str):
 
 def device_name() -> str:
     """The device MLX computes on: ``cpu`` or ``gpu``."""
+    import mlx.core as mx
+
     return "gpu" if mx.default_device().type == mx.gpu else "cpu"

@@ -18,15 +18,16 @@ import numpy as np
 
 from . import DEFAULT_MODEL
 from .backends import BACKEND_VARIABLE, BACKENDS
-from .errors import shown
+from .errors import ModelNotFetched, shown
 from .families import QUANTIZE_BITS
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
 from .host_engine.blas import active_blas, use_fast_blas
-from .http.adapter import END_EARLY_SECONDS
 from .settings import ServerSettings
 from .text_segments import SPLITS
 from .voices import parse_aliases
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 VOICES_DIR_HELP = (
     "directory of saved voices (default: ~/.local/share/mlx-speech/voices, or "
     "~/Library/Application Support/mlx-speech/voices on macOS)"
@@ -136,7 +137,7 @@ def _speak_parser(commands) -> None:
         help="2: a stereo model's own channels (MOSS-TTS-Nano) instead of a mono mix "
         "(default: 1)",
     )
-    _no_normalize_argument(speak, "the text")
+    _no_normalize_argument(speak, "give the model the text as written")
     speak.add_argument(
         "-o",
         "--output",
@@ -165,13 +166,13 @@ def _speak_parser(commands) -> None:
     speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
 
 
-def _no_normalize_argument(parser, what: str) -> None:
+def _no_normalize_argument(parser, gives: str) -> None:
     parser.add_argument(
         "--no-normalize",
         dest="normalize",
         action="store_false",
-        help=f"give the model {what} as written: numbers, symbols and dates are "
-        "otherwise read out first (see 'mlx-speech normalize')",
+        help=f"{gives}; without it, numbers, symbols and "
+        "dates are read out first (see 'mlx-speech normalize')",
     )
 
 
@@ -261,10 +262,18 @@ def _serve_parser(commands) -> None:
     )
     _limit_arguments(serve)
     serve.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="info (the default): loading, listening, the model's backend and "
+        "warnings; debug adds uvicorn's own lines and one line per request",
     )
     serve.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
-    _no_normalize_argument(serve, "each request's text unless it asks otherwise")
+    _no_normalize_argument(
+        serve,
+        "give the model each request's text as written, unless the request "
+        "sends normalize: true",
+    )
     serve.add_argument(
         "--voice-alias",
         action="append",
@@ -371,22 +380,34 @@ def _serve(args: argparse.Namespace) -> None:
     import mlx_speech
     from mlx_speech.server import create_app, uvicorn_config
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     settings = server_settings(args)
     app = create_app(settings, mlx_speech.load)
     address = f"http://{settings.host}:{settings.port}"
     log = logging.getLogger("mlx_speech.server")
-    log.info("BLAS: %s", active_blas())
-    log.info("listening on %s (OpenAI base_url %s/v1)", address, address)
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level=args.log_level))
+    if sys.platform == "linux":  # where MLX's CPU work may lack a fast BLAS
+        log.info("BLAS: %s", active_blas())
+    log.info(
+        "loading %s in the background; listening on %s meanwhile (OpenAI base_url "
+        "%s/v1; /health answers 503 until the model is ready)",
+        settings.model,
+        address,
+        address,
+    )
+    # uvicorn logs through ours (one format); its lines and the access log
+    # only at debug.
+    debug = args.log_level == "debug"
+    uvicorn_level = args.log_level if debug or args.log_level == "error" else "warning"
+    config = uvicorn_config(
+        app, settings, log_level=uvicorn_level, log_config=None, access_log=debug
+    )
+    server = uvicorn.Server(config)
     slot = app.state.slot
     slot.on_failure = lambda error: setattr(server, "should_exit", True)
     slot.on_loaded = _keep_loaded_objects_from_the_collector
     _run_until_signalled(server, app.state, settings.shutdown_timeout)
     if slot.error is not None:
-        raise RuntimeError(f"could not load the model: {slot.error}")
+        raise slot.error
     if not server.started:
         raise RuntimeError(f"could not serve on {address} (see the log above)")
 
@@ -398,7 +419,7 @@ def _keep_loaded_objects_from_the_collector() -> None:
     while serving, scanned them all: 66 ms during which no stream got a
     frame; it now scans only what serving made (0.45 ms)."""
     gc.freeze()
-    logging.getLogger("mlx_speech.server").info(
+    logging.getLogger("mlx_speech.server").debug(
         "%d objects from loading kept out of the garbage collector's scans",
         gc.get_freeze_count(),
     )
@@ -409,6 +430,8 @@ def _run_until_signalled(server, state, grace_seconds: float) -> None:
     and the process then exits 0, as a service manager expects. uvicorn drops
     WebSocket sessions as soon as it stops, so it is told to stop once they
     have ended themselves (``http.speech_socket``) or the grace has passed."""
+    from .http.adapter import END_EARLY_SECONDS
+
     stopping = threading.Event()
 
     def exit_when_sockets_end() -> None:
@@ -644,7 +667,8 @@ def _speak(args: argparse.Namespace) -> None:
         layout = "mono" if audio.channels == 1 else f"{audio.channels} channels"
         where = f"wrote {written} ({kind}, {tts.sample_rate} Hz, {layout})"
     print(_summary(where, audio.duration, started - loading, first_audio, elapsed))
-    print(f"backend: {tts.backend} on {tts.device}, BLAS: {active_blas()}")
+    blas = f", BLAS: {active_blas()}" if tts.device == "cpu" else ""
+    print(f"backend: {tts.backend} on {tts.device}{blas}")
     if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
 
@@ -675,9 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        use_fast_blas()
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # --help and usage errors end here, at once
+    if argv is None and args.command in ("serve", "speak"):
+        use_fast_blas()  # re-executes the command (parsed again) with OpenBLAS
     try:
         commands = {
             "serve": _serve,
@@ -690,6 +714,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as error:  # noqa: BLE001 - one line, never a traceback
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, ModelNotFetched):
+            message = error.saying("pass --model DIR, a directory")
         print(f"mlx-speech: error: {message}", file=sys.stderr)
         return 1
     return 0

@@ -27,5 +27,24 @@ class ModelLoadError(RuntimeError):
     """The model could not be found, fetched or loaded."""
 
 
+class ModelNotFetched(ModelLoadError):
+    """A hub id could not be downloaded (offline, a wrong id). Its message
+    names what to pass instead in the words of the surface (``saying``)."""
+
+    def __init__(self, model: str, reason: str):
+        self.model = model
+        self.reason = reason
+        super().__init__(self.saying("pass mlx_speech.load() a directory DIR"))
+
+    def saying(self, how: str) -> str:
+        """The message, with ``how`` to name a local checkpoint directory DIR."""
+        return (
+            f"could not fetch {self.model!r} from the Hugging Face hub ({self.reason}). "
+            f"Without the network, {how} that holds the checkpoint (its config.json "
+            "and weights), e.g. one made on a connected machine with "
+            f"'huggingface-cli download {self.model} --local-dir DIR'"
+        )
+
+
 class GenerationError(RuntimeError):
     """Generation failed after the request was accepted (e.g. non-finite audio)."""

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import ModelLoadError
+from .errors import ModelLoadError, ModelNotFetched
 from .families import LoadOptions, SpeechService, moss_nano, qwen3, voxcpm2
 
 # model_type (or architecture) in config.json → the family's loader (runs on the worker).
@@ -33,10 +33,7 @@ def resolve_model_dir(model: str | Path) -> Path:
         return Path(snapshot_download(text))
     except Exception as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ModelLoadError(
-            f"could not fetch {text!r} from the Hugging Face hub ({reason}); "
-            "offline, pass a local directory that holds the checkpoint"
-        ) from error
+        raise ModelNotFetched(text, reason) from error
 
 
 def family_loader(model_dir: Path) -> Callable[[Path, LoadOptions], SpeechService]:

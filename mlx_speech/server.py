@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket
 from uvicorn import Config
 
 from .engine import ChunkStream, Engine, shared_engine
-from .errors import InvalidRequest, shown
+from .errors import InvalidRequest, ModelLoadError, ModelNotFetched, shown
 from .http.adapter import (
     END_EARLY_SECONDS,
     SHUTDOWN_POLL_SECONDS,
@@ -106,7 +106,7 @@ class ModelSlot:
         self._thread.start()
 
     def _load(self, load: Loader, store: VoiceStore, aliases: dict[str, str]) -> None:
-        log.info("loading %s", self.name)
+        log.debug("loading %s", self.name)  # serve said so as it started
         started = time.perf_counter()
         try:
             tts = load(
@@ -120,6 +120,8 @@ class ModelSlot:
             tts.max_text_chars = self._max_text_chars
             self.tts = tts
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
+            if isinstance(error, ModelNotFetched):  # in the server's words
+                error = ModelLoadError(error.saying("serve --model DIR, a directory"))
             self.error = error
             log.error("cannot load %s: %s", self.name, error)
             if self.on_failure is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
+from .engine.limits import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
 
 _ONE_MIB = 1024 * 1024
 

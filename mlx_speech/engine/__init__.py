@@ -1,5 +1,7 @@
+from typing import Any
+
+from .limits import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
 from .stream import ChunkStream
-from .worker import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED, Engine, shared_engine
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -8,3 +10,13 @@ __all__ = [
     "Engine",
     "shared_engine",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The worker imports MLX: it loads at first use, not with the command
+    # line's argument parsing.
+    if name in ("Engine", "shared_engine"):
+        from . import worker
+
+        return getattr(worker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

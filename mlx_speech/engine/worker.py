@@ -22,13 +22,12 @@ import mlx.core as mx
 
 from .batching import Batch, DeferredOutput
 from .job import Job, log
+from .limits import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
 from .stream import ChunkStream
 
 T = TypeVar("T")
 
 DEFAULT_MAX_ACTIVE_JOBS = 8
-DEFAULT_MAX_BATCH = 8
-DEFAULT_MAX_PARKED = 32
 # The longest a round waits for a job on its way (``Engine.expect``): a burst's
 # requests are checked, and their streams first read, within a few ms.
 GATHER_SECONDS = 0.05

@@ -49,6 +49,24 @@ def use_fast_blas() -> None:
     os.execv(sys.executable, sys.orig_argv)
 
 
+def reference_blas_warning() -> str | None:
+    """A sentence for a Python process on Linux whose MLX runs on the mlx-cpu
+    wheel's reference BLAS (about 20x slower), else None. The command line
+    has already re-executed itself with OpenBLAS where it could."""
+    if sys.platform != "linux" or os.environ.get(_GUARD) or loaded_openblas():
+        return None
+    library = next((path for path in OPENBLAS_LIBRARIES if os.path.exists(path)), None)
+    fix = (
+        f"start Python with LD_PRELOAD={library}"
+        if library
+        else "install libopenblas0-pthread (Debian, Ubuntu) and preload it"
+    )
+    return (
+        "MLX runs on the reference BLAS of the mlx-cpu wheel here, about 20x slower "
+        f"on the CPU: {fix} (the mlx-speech command does this itself)"
+    )
+
+
 def active_blas() -> str:
     if sys.platform == "darwin":
         return "Accelerate"

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import httpx
 import mlx.core as mx
@@ -125,3 +128,26 @@ def test_decoding_defaults_to_exact_math_on_a_gpu(monkeypatch):
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.cpu))
     monkeypatch.setenv("MLX_SPEECH_EXACT", "1")
     assert not fast_by_default()
+
+
+LOAD_AND_LOG = (
+    "import logging, sys, mlx_speech; logging.basicConfig(); mlx_speech.load(sys.argv[1])"
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the reference BLAS is Linux's")
+def test_the_python_api_warns_when_mlx_runs_on_the_reference_blas(speaking_dir):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LD_PRELOAD", "MLX_SPEECH_BLAS_CHECKED")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_LOG, str(speaking_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "MLX runs on the reference BLAS of the mlx-cpu wheel here" in result.stderr

@@ -1,0 +1,79 @@
+"""Loading a checkpoint into a ``TTS`` (``mlx_speech.load``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from . import DEFAULT_MODEL
+from .backends import accelerator_for, device_name, requested_backend
+from .engine import shared_engine
+from .errors import ModelLoadError
+from .families import QUANTIZE_BITS, LoadOptions
+from .host_engine.blas import reference_blas_warning
+from .normalization import TextNormalizer
+from .registry import FAMILIES, model_family, resolve_model_dir
+from .tts import TTS
+from .voice_store import VoiceStore
+
+log = logging.getLogger("mlx_speech.engine")
+
+
+def load(
+    model: str | Path = DEFAULT_MODEL,
+    voices_dir: str | Path | VoiceStore | None = None,
+    voice_aliases: dict[str, str] | None = None,
+    normalize: bool = True,
+    quantize: int | None = None,
+    backend: str | None = None,
+) -> TTS:
+    """Load a checkpoint (local directory or hub id); its family comes from config.json.
+
+    ``voices_dir`` holds saved voices (default: a per-user data directory), or
+    is the ``VoiceStore`` to share with the caller; ``voice="NAME"`` then uses one.
+    ``voice_aliases`` maps names clients send (``{"alloy": "grandma"}``) to voices.
+    ``normalize`` is the default of each request's text normalization.
+    ``quantize`` (8 or 4) quantizes MOSS-TTS-Nano's transformer weights to
+    that many bits as they load (the codec stays float).
+    ``backend`` is ``"auto"``, ``"mlx"`` or ``"host"`` (default:
+    ``MLX_SPEECH_BACKEND``, else ``"auto"``; see ``mlx_speech.backends``);
+    ``tts.backend`` says which runs.
+    """
+    chosen = requested_backend(backend)
+    if quantize is not None and (
+        quantize not in QUANTIZE_BITS or not isinstance(quantize, int)
+    ):
+        raise ValueError(f"quantize must be 8, 4 or None (bits), got {quantize!r}")
+    model_dir = resolve_model_dir(model)
+    family = model_family(model_dir)
+    engine = shared_engine()
+
+    def load_on_worker():
+        accelerator, why = accelerator_for(chosen, family)
+        options = LoadOptions(engine.max_batch, quantize, accelerator)
+        try:
+            service = FAMILIES[family](model_dir, options)
+        except ModelLoadError:
+            raise
+        except Exception as error:
+            raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
+        if accelerator is not None and service.backend == "mlx":
+            if chosen == "host":
+                raise ModelLoadError(
+                    "the host backend cannot run this model here: none of its parts "
+                    "gives MLX's numbers on this machine (the log says which differ)"
+                )
+            why = "the host engine's parts differ from MLX's here"
+        device = device_name()
+        log.info("backend: %s (%s), device: %s", service.backend, why, device)
+        return service, device
+
+    store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
+    aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
+    normalizer = TextNormalizer()
+    grammars = normalizer.preload()  # beside the model, not after it
+    service, device = engine.call(load_on_worker)
+    if device == "cpu" and (slow := reference_blas_warning()) is not None:
+        log.warning(slow)
+    grammars.join()  # so the first request does not wait for them
+    return TTS(service, engine, store, aliases, normalize, normalizer, device)
