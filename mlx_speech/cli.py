@@ -496,7 +496,13 @@ def _voices(args: argparse.Namespace) -> None:
 
     store = VoiceStore(args.voices_dir)
     if args.action == "list":
-        for voice in store.list():
+        voices = store.list()
+        if not voices:
+            print(
+                f"no saved voices in {store.directory} (save one with: mlx-speech "
+                "voices add NAME FILE)"
+            )
+        for voice in voices:
             text = f"  {voice.ref_text!r}" if voice.ref_text else ""
             print(f"{voice.name}\t{voice.duration_s:.2f} s{text}")
     elif args.action == "add":

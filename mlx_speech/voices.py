@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidRequest, shown
+from .formats import FORMATS
 from .voice_store import SavedVoice
 
 DEFAULT_VOICE = "default"
@@ -99,4 +100,13 @@ def resolve_voice(
         return None
     if paths and Path(voice).is_file():
         return Path(voice)
+    if paths and _names_a_file(voice):
+        hint = f"no file {shown(voice)} exists, and no saved voice has that name"
     raise UnknownVoiceName(voice, hint)
+
+
+def _names_a_file(voice: str) -> bool:
+    """Whether a voice name reads as a path: a directory in it, or an audio
+    file's suffix."""
+    suffix = Path(voice).suffix.lstrip(".").lower()
+    return os.sep in voice or suffix in FORMATS or suffix in ("m4a", "webm")

@@ -145,6 +145,10 @@ def test_speak_clones_from_a_reference_file(speaking_dir, reference_clip, tmp_pa
             "unknown voice 'nobody': not a saved voice",
         ),
         (
+            ["speak", "Hi", "--model", "{model}", "--voice", "nosuch.wav"],
+            "unknown voice 'nosuch.wav': no file 'nosuch.wav' exists, and no saved voice",
+        ),
+        (
             ["speak", "Hi", "--model", "{model}", "--ref-audio", "missing.wav"],
             "reference audio 'missing.wav' cannot be read: No such file or directory",
         ),

@@ -473,6 +473,8 @@ def test_cli_manages_the_same_directory(tmp_path, speaking_dir):
     )
     assert spoken.returncode == 0, spoken.stderr
     assert run("voices", "rm", "erin", "--voices-dir", directory).returncode == 0
+    empty = run("voices", "list", "--voices-dir", directory).stdout
+    assert empty.startswith(f"no saved voices in {directory} (save one with: ")
     again = run("voices", "rm", "erin", "--voices-dir", directory)
     assert again.returncode == 1 and "no saved voice named 'erin'" in again.stderr
 

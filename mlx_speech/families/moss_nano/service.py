@@ -82,9 +82,8 @@ class MossNanoRequest:
 class MossNanoService(SpeechService):
     name = FAMILY
     voice_hint = (
-        "not a saved voice, and MOSS-TTS-Nano has no presets; pass 'default', a "
-        "saved voice name, a path to an audio file, audio bytes or (samples, "
-        "sample_rate)"
+        "not a saved voice, and MOSS-TTS-Nano has no presets; use 'default', a "
+        "saved voice name or a reference clip"
     )
 
     def __init__(
