@@ -407,7 +407,7 @@ def _serve(args: argparse.Namespace) -> None:
     slot.on_loaded = _keep_loaded_objects_from_the_collector
     _run_until_signalled(server, app.state, settings.shutdown_timeout)
     if slot.error is not None:
-        raise slot.error
+        raise RuntimeError(f"could not load the model: {slot.error}")
     if not server.started:
         raise RuntimeError(f"could not serve on {address} (see the log above)")
 

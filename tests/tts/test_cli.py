@@ -356,5 +356,5 @@ def test_offline_without_a_model_names_the_flag_to_use(tmp_path, command, how):
     )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("mlx-speech: error: could not fetch")
+    assert last.startswith("mlx-speech: error: ") and "could not fetch" in last
     assert f"Without the network, {how}, a directory that holds the checkpoint" in last
