@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 from .errors import ModelLoadError
 
@@ -65,3 +68,22 @@ def device_name() -> str:
     import mlx.core as mx
 
     return "gpu" if mx.default_device().type == mx.gpu else "cpu"
+
+
+FIRST_COMPILE_NOTICE = (
+    "first use of MLX on this machine: it compiles its CPU kernels with the C++ "
+    "compiler while the model loads, so this load takes longer (once)"
+)
+
+
+def mlx_compiled_here_before() -> bool:
+    """Whether MLX has compiled CPU kernels on this machine before: it keeps
+    them under the temporary directory, and the first load that has none to
+    find (seconds to tens of seconds) is several times slower. True where
+    MLX does not compile for the CPU this way (macOS)."""
+    if sys.platform != "linux":
+        return True
+    import mlx.core as mx
+
+    kept = Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "cpu"
+    return kept.is_dir() and any(kept.iterdir())

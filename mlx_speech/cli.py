@@ -17,7 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from . import DEFAULT_MODEL
-from .backends import BACKEND_VARIABLE, BACKENDS
+from .backends import (
+    BACKEND_VARIABLE,
+    BACKENDS,
+    FIRST_COMPILE_NOTICE,
+    mlx_compiled_here_before,
+)
 from .errors import ModelNotFetched, shown
 from .families import QUANTIZE_BITS
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
@@ -387,6 +392,8 @@ def _serve(args: argparse.Namespace) -> None:
     log = logging.getLogger("mlx_speech.server")
     if sys.platform == "linux":  # where MLX's CPU work may lack a fast BLAS
         log.info("BLAS: %s", active_blas())
+    if not mlx_compiled_here_before():
+        log.info(FIRST_COMPILE_NOTICE)
     log.info(
         "loading %s in the background; listening on %s meanwhile (OpenAI base_url "
         "%s/v1; /health answers 503 until the model is ready)",
@@ -629,6 +636,8 @@ def _speak(args: argparse.Namespace) -> None:
         format_for_path(output, args.format)  # a bad name fails before any work
         if not Path(output).absolute().parent.is_dir():
             raise RuntimeError(f"cannot write {output}: its directory does not exist")
+    if sys.stderr.isatty() and not mlx_compiled_here_before():
+        print(f"note: {FIRST_COMPILE_NOTICE}", file=sys.stderr, flush=True)
     loading = time.perf_counter()
     tts = mlx_speech.load(
         args.model or DEFAULT_MODEL,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
 import time
 
 import httpx
+import mlx.core as mx
 import pytest
 import soundfile
 
@@ -358,3 +361,32 @@ def test_offline_without_a_model_names_the_flag_to_use(tmp_path, command, how):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("mlx-speech: error: ") and "could not fetch" in last
     assert f"Without the network, {how}, a directory that holds the checkpoint" in last
+
+
+def _first_use_notices(tmp_path, command: list[str], compiled_before: bool) -> str:
+    """What ``command`` (failing: no such model) says on a terminal, with an
+    MLX kernel cache that is empty or not."""
+    temporary = tmp_path / ("warm" if compiled_before else "cold")
+    if compiled_before:
+        kept = temporary / "mlx" / mx.__version__ / "cpu"
+        kept.mkdir(parents=True)
+        (kept / "kernel.so").write_bytes(b"")
+    temporary.mkdir(exist_ok=True)
+    terminal, side = pty.openpty()
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    flags = ["--model", str(tmp_path / "missing"), "--voices-dir", str(tmp_path / "v")]
+    with subprocess.Popen([MLX_SPEECH, *command, *flags], stderr=side, env=env):
+        os.close(side)
+        said = b""
+        with contextlib.suppress(OSError):  # the terminal closes with the process
+            while chunk := os.read(terminal, 4096):
+                said += chunk
+    os.close(terminal)
+    return said.decode()
+
+
+@pytest.mark.parametrize("command", [["speak", "Hi."], ["serve", "--port", "0"]])
+def test_the_first_mlx_compile_on_a_machine_is_announced(tmp_path, command):
+    notice = "first use of MLX on this machine: it compiles its CPU kernels"
+    assert notice in _first_use_notices(tmp_path, command, compiled_before=False)
+    assert notice not in _first_use_notices(tmp_path, command, compiled_before=True)
