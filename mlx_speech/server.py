@@ -179,7 +179,7 @@ async def speech(request: Request) -> Response:
             raise
     finally:
         arrived()
-    log.info(
+    log.debug(  # a line per request: --log-level debug
         "speech: model=%s format=%s chars=%d",
         shown(body.get("model")),  # as sent: quoted, escaped and cut short
         parsed.response_format,
@@ -219,7 +219,7 @@ async def speech_batch(request: Request) -> Response:
             if item.stream is not None:
                 item.stream.cancel()
         state.metrics.request_closed()
-    log.info("speech batch: %d items", len(items))
+    log.debug("speech batch: %d items", len(items))
     return JSONResponse(batch_answer(items))
 
 

@@ -451,7 +451,7 @@ def test_a_model_name_cannot_forge_or_flood_the_log(server, caplog):
     """``model`` is logged as sent: quoted, its newlines escaped and cut
     short (a newline forged a log line; 5 MB of name wrote 5 MB of log)."""
     forged = "tts-1\n2026-01-01 00:00:00 mlx_speech.server saved voice admin"
-    with caplog.at_level(logging.INFO, logger="mlx_speech.server"):
+    with caplog.at_level(logging.DEBUG, logger="mlx_speech.server"):
         for model in (forged, "m" * 5_000_000):
             body = {"input": "Hi.", "model": model, "max_new_tokens": 1}
             response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
