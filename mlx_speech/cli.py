@@ -603,6 +603,7 @@ def _speech_stream(tts, args: argparse.Namespace):
         **{name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
     }
     if args.text == "-":
+        args.stdin = _StandardInput()
         return tts.stream_text(args.stdin, split=args.split, **options)
     return tts.stream(args.text, **options)
 
@@ -624,18 +625,7 @@ def _chunks_saying_segments(stream):
 def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
-    from .playback import Player
-
-    output = args.output or (None if args.play else "speech.wav")
-    if output is not None:
-        if Path(output).is_dir():
-            raise RuntimeError(
-                f"cannot write {output}: it is a directory; name a file in it, "
-                f"e.g. -o {Path(output) / 'speech.wav'}"
-            )
-        format_for_path(output, args.format)  # a bad name fails before any work
-        if not Path(output).absolute().parent.is_dir():
-            raise RuntimeError(f"cannot write {output}: its directory does not exist")
+    output = _checked_output(args)
     if sys.stderr.isatty() and not mlx_compiled_here_before():
         print(f"note: {FIRST_COMPILE_NOTICE}", file=sys.stderr, flush=True)
     loading = time.perf_counter()
@@ -645,12 +635,43 @@ def _speak(args: argparse.Namespace) -> None:
         quantize=args.quantize,
         backend=args.backend,
     )
-    player = Player(tts.sample_rate, args.channels or 1) if args.play else None
-    args.stdin = _StandardInput()
     started = time.perf_counter()
-    first_audio = None
-    chunks = []
     stream = _speech_stream(tts, args)
+    chunks, first_audio = _generated(stream, args, tts.sample_rate, started)
+    elapsed = time.perf_counter() - started
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+    audio = mlx_speech.Audio(samples, tts.sample_rate)
+    where = "played" if output is None else _written(audio, output, args.format)
+    print(_summary(where, audio.duration, started - loading, first_audio, elapsed))
+    blas = f", BLAS: {active_blas()}" if tts.device == "cpu" else ""
+    print(f"backend: {tts.backend} on {tts.device}{blas}")
+    if getattr(stream, "ignored", ()):
+        print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
+
+
+def _checked_output(args: argparse.Namespace) -> str | None:
+    """The file to write (None: only played), checked before any work."""
+    output = args.output or (None if args.play else "speech.wav")
+    if output is None:
+        return None
+    if Path(output).is_dir():
+        raise RuntimeError(
+            f"cannot write {output}: it is a directory; name a file in it, "
+            f"e.g. -o {Path(output) / 'speech.wav'}"
+        )
+    format_for_path(output, args.format)  # a bad name fails before any work
+    if not Path(output).absolute().parent.is_dir():
+        raise RuntimeError(f"cannot write {output}: its directory does not exist")
+    return output
+
+
+def _generated(stream, args: argparse.Namespace, sample_rate: int, started: float):
+    """The stream's chunks (played as they come with --play), and the
+    seconds from ``started`` to the first."""
+    from .playback import Player
+
+    player = Player(sample_rate, args.channels or 1) if args.play else None
+    first_audio, chunks = None, []
     try:
         for chunk in _chunks_saying_segments(stream):
             if first_audio is None:
@@ -658,34 +679,28 @@ def _speak(args: argparse.Namespace) -> None:
             chunks.append(chunk.samples)
             if player is not None:
                 player.write(chunk.samples)
+    except ValueError:
+        if args.text == "-" and not args.stdin.any_text:
+            raise RuntimeError(
+                "standard input was empty: nothing to speak (pipe text in, or give "
+                "the text as the argument instead of -)"
+            ) from None
+        raise
     finally:
         stream.close()
         if player is not None:
             player.close()
-    elapsed = time.perf_counter() - started
-    if args.text == "-" and not args.stdin.any_text:
-        raise RuntimeError(
-            "standard input was empty: nothing to speak (pipe text in, or give "
-            "the text as the argument instead of -)"
-        )
-    samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-    audio = mlx_speech.Audio(samples, tts.sample_rate)
-    where = "played"
-    if output is not None:
-        try:
-            written = audio.write(Path(output), format=args.format)
-        except OSError as error:  # a full disk, a device that refuses writes
-            raise RuntimeError(
-                f"cannot write {output}: {error.strerror or error}"
-            ) from None
-        kind = format_for_path(written, args.format).name
-        layout = "mono" if audio.channels == 1 else f"{audio.channels} channels"
-        where = f"wrote {written} ({kind}, {tts.sample_rate} Hz, {layout})"
-    print(_summary(where, audio.duration, started - loading, first_audio, elapsed))
-    blas = f", BLAS: {active_blas()}" if tts.device == "cpu" else ""
-    print(f"backend: {tts.backend} on {tts.device}{blas}")
-    if getattr(stream, "ignored", ()):
-        print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
+    return chunks, first_audio
+
+
+def _written(audio, output: str, format_name: str | None) -> str:
+    try:
+        written = audio.write(Path(output), format=format_name)
+    except OSError as error:  # a full disk, a device that refuses writes
+        raise RuntimeError(f"cannot write {output}: {error.strerror or error}") from None
+    kind = format_for_path(written, format_name).name
+    layout = "mono" if audio.channels == 1 else f"{audio.channels} channels"
+    return f"wrote {written} ({kind}, {audio.sample_rate} Hz, {layout})"
 
 
 def _summary(

@@ -30,6 +30,7 @@ from .text_segments import TextSegmenter
 SEGMENTS_AHEAD = 2
 # Segments cut from the text but not yet spoken.
 SEGMENTS_QUEUED = 64
+EMPTY_TEXT = "the text was empty: nothing to speak"
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,8 @@ class _Pipeline:
         index = 0
         while True:
             segment = self._segments.get()
+            if segment is _END and index == 0 and not self._closed:
+                segment = _Failure(ValueError(EMPTY_TEXT))  # as for any empty text
             if not isinstance(segment, str):
                 self.output.put(segment)  # the end, or the deltas' failure
                 return

@@ -403,7 +403,8 @@ class SpeechSocket:
             try:
                 event = await _next_event(events)
             except Exception as error:  # noqa: BLE001 - a segment failed: say so
-                await self._error(f"generation failed: {str(error)[:300]}")
+                why = "not spoken" if isinstance(error, ValueError) else "generation failed"
+                await self._error(f"{why}: {str(error)[:300]}")
                 event = None
             if event is None:  # the end, a failure, or a cancel mid-sentence
                 if started is None:

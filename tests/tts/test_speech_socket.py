@@ -512,3 +512,15 @@ def test_a_session_that_stops_reading_holds_one_place_and_then_none(speaking_dir
             while _in_flight(running):
                 assert time.monotonic() < deadline, "the stalled session kept its place"
                 time.sleep(0.1)
+
+
+def test_an_utterance_of_whitespace_alone_is_not_spoken(server):
+    with connect(socket_url(server)) as ws:
+        send(ws, "session.config", **CONFIG)
+        send(ws, "input.text", text="   \n ")
+        send(ws, "input.done")
+        received = receive_until(ws, "session.done")
+    assert [m["message"] for m in messages(received, "error")] == [
+        "not spoken: the text was empty: nothing to speak"
+    ]
+    assert received[-1]["total_sentences"] == 0

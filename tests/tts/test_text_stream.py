@@ -188,3 +188,9 @@ def test_text_faster_than_speech_is_held_back_not_buffered(speaking_tts):
     stream.close()
     assert pipeline._segments.qsize() <= 2  # the end marker, one more at most
     wait_until_idle()
+
+
+def test_a_text_stream_of_no_words_is_an_error(speaking_tts):
+    for deltas in ([], ["", "  ", "\n"]):
+        with pytest.raises(ValueError, match="the text was empty: nothing to speak"):
+            list(speaking_tts.stream_text(deltas))
