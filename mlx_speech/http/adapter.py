@@ -26,12 +26,11 @@ from .containers import StreamEncoder
 from .errors import ApiError
 from .metrics import Metrics
 from .resample import StreamingResampler
-from .shutdown import SHUTDOWN_POLL_SECONDS, Shutdown
+from .shutdown import SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
 
 log = logging.getLogger("mlx_speech.server")
 
 END_EARLY_SECONDS = 2.0  # to send a stream's end while the server stops
-STOPPING = "the server is shutting down"
 
 
 class IdleClient(Exception):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .adapter import STOPPING
 from .errors import ApiError
+from .shutdown import STOPPING
 
 
 def admit(state: Any) -> None:

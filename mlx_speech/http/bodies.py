@@ -25,8 +25,8 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 
 from ..errors import shown
-from .adapter import STOPPING
 from .errors import ApiError
+from .shutdown import STOPPING
 
 _MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers beside the clip
 

@@ -10,6 +10,7 @@ import time
 import anyio
 
 SHUTDOWN_POLL_SECONDS = 0.1
+STOPPING = "the server is shutting down"
 
 
 class Shutdown:
