@@ -31,6 +31,9 @@ DEFAULT_MAX_ACTIVE_JOBS = 8
 # The longest a round waits for a job on its way (``Engine.expect``): a burst's
 # requests are checked, and their streams first read, within a few ms.
 GATHER_SECONDS = 0.05
+# MLX's freed buffers are kept this long after the last job ends, so that
+# requests a moment apart reuse them, then given back to the system.
+IDLE_SECONDS_BEFORE_CLEARING = 30.0
 
 
 class Engine:
@@ -172,9 +175,11 @@ class Engine:
                 runnable = [job for job in self._active if job.runnable]
                 if runnable:
                     return runnable
-                if not self._active:
-                    mx.clear_cache()  # idle: give cached buffers back to the host
-                self._wakeup.wait()
+                if self._active:
+                    self._wakeup.wait()
+                elif not self._wakeup.wait(IDLE_SECONDS_BEFORE_CLEARING):
+                    mx.clear_cache()  # idle for a while: give the buffers back
+                    self._wakeup.wait()
 
     def _admit(self, most: int | None = None) -> list[Job]:
         """Under the lock: forget finished jobs and start waiting ones (at

@@ -155,3 +155,19 @@ def test_a_cleanup_that_fails_does_not_stop_the_worker():
     assert next(stream) == "x"
     stream.cancel()
     assert engine.call(lambda: "still serving") == "still serving"
+
+
+def test_freed_buffers_are_kept_a_while_then_given_back(monkeypatch):
+    import mlx.core as mx
+
+    from mlx_speech.engine import worker
+
+    monkeypatch.setattr(worker, "IDLE_SECONDS_BEFORE_CLEARING", 0.5)
+    engine = Engine()
+    engine.call(lambda: mx.eval(mx.ones((1 << 20,)) * 2))  # 4 MiB, freed at once
+    assert mx.get_cache_memory() >= 4 << 20  # kept for the next request
+    deadline = time.monotonic() + 10
+    while mx.get_cache_memory():
+        assert time.monotonic() < deadline, "the idle worker kept its buffers"
+        time.sleep(0.05)
+    engine.shutdown()
