@@ -35,6 +35,7 @@ TWO_LANES = {
     "test_speech_socket",
     "test_batch_endpoint",
     "test_chunk_release",
+    "test_empty_answers",
 }
 
 

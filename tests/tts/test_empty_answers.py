@@ -26,9 +26,11 @@ HEADERLESS = ("pcm", "mp3", "aac")
 
 
 @pytest.fixture(scope="module")
-def server(stopping_dir, tmp_path_factory):
+def server(stopping_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
-        model=str(stopping_dir), voices_dir=tmp_path_factory.mktemp("empty-voices")
+        model=str(stopping_dir),
+        voices_dir=tmp_path_factory.mktemp("empty-voices"),
+        backend=nano_backend,
     )
     with RunningServer(settings) as running:
         yield running
