@@ -127,7 +127,7 @@ class TTS:
             return text, ref_text
         check_text(text)
         check_ref_text(ref_text)
-        read = self.normalizer.normalize(text, language)
+        read = self.normalizer.normalize(text, language, most=self.max_text_chars)
         self._check_length(read, len(text))
         if ref_text is not None and ref_text.strip():
             ref_text = self.normalizer.normalize(ref_text, language)
@@ -143,8 +143,8 @@ class TTS:
             )
         else:
             message = (
-                f"the text is {written} characters and {len(text)} once numbers and "
-                f"symbols are read out; the limit is {limit}: send it in parts, or "
+                f"the text is {written} characters and more than {limit} once numbers "
+                f"and symbols are read out; the limit is {limit}: send it in parts, or "
                 "with normalization off"
             )
         raise InvalidRequest("text", message)

@@ -50,17 +50,23 @@ class TextNormalizer:
             code = script_language(text)
         return code if code in LANGUAGES else None
 
-    def normalize(self, text: str, language: Any = None) -> str:
+    def normalize(self, text: str, language: Any = None, most: int | None = None) -> str:
         """``text`` as the model will be given it. A text that would come
-        out blank is given as written."""
+        out blank is given as written. With ``most``, reading stops once
+        the result passes that many characters: a text past a limit is
+        refused without reading all of it."""
         started = time.perf_counter()
         cleaned = clean_text(text)
         read_in = self.language(cleaned, language)
         if read_in is not None:
-            lines = cleaned.split("\n")
-            cleaned = clean_text(
-                "\n".join(self._grammars.read(line, read_in) for line in lines)
-            )
+            lines, length = [], 0
+            for line in cleaned.split("\n"):
+                left = None if most is None else most - length
+                lines.append(self._grammars.read(line, read_in, left))
+                length += len(lines[-1]) + 1
+                if most is not None and length > most:
+                    break
+            cleaned = clean_text("\n".join(lines))
         with self._lock:
             self._texts += 1
             self._seconds += time.perf_counter() - started

@@ -52,25 +52,35 @@ class Grammars:
                 }
             return self._readers
 
-    def read(self, text: str, language: str) -> str:
+    def read(self, text: str, language: str, most: int | None = None) -> str:
         """``text`` (already through the robustness pass) read out in
-        ``language``, one of ``LANGUAGES``."""
+        ``language``, one of ``LANGUAGES``; with ``most``, reading stops
+        once the result passes that many characters (it is then cut short)."""
         reader = self.load()[language]
-        prepare, finish = _AROUND[language]
-        return self._read(text, reader, prepare, finish)
-
-    def _read(self, text, reader, prepare, finish) -> str:
-        pieces = []
+        pieces, length = [], 0
         for piece, kept in kept_spans(text):
             if kept or not piece.strip():
                 pieces.append(piece)
-                continue
-            lead = piece[: len(piece) - len(piece.lstrip())]
-            tail = piece[len(piece.rstrip()) :]
-            parts = _sentences(prepare(piece.strip()))
-            read = " ".join(finish(self._read_piece(reader, part)) for part in parts)
-            pieces.append(lead + read + tail)
+            else:
+                left = None if most is None else most - length
+                pieces.append(self._read_words(piece, language, reader, left))
+            length += len(pieces[-1])
+            if most is not None and length > most:
+                break
         return re.sub(r" {2,}", " ", "".join(pieces))
+
+    def _read_words(self, piece: str, language: str, reader, most: int | None) -> str:
+        """One piece of words, a sentence (or ``LONGEST_PART``) at a time."""
+        prepare, finish = _AROUND[language]
+        lead = piece[: len(piece) - len(piece.lstrip())]
+        tail = piece[len(piece.rstrip()) :]
+        parts, length = [], 0
+        for part in _sentences(prepare(piece.strip())):
+            parts.append(finish(self._read_piece(reader, part)))
+            length += len(parts[-1]) + 1
+            if most is not None and length > most:
+                break
+        return lead + " ".join(parts) + tail
 
     def _read_piece(self, reader: Callable[[str], str], piece: str) -> str:
         try:

@@ -289,3 +289,12 @@ def test_a_short_text_waits_for_one_part_of_a_long_one_not_all():
     long.join(timeout=30)
     short.join(timeout=30)
     assert order.index("short") == 11 and len(order) == 201
+
+
+def test_reading_stops_once_the_text_passes_the_most_asked(normalizer):
+    digits = "1234567 " * 500  # 37,000 characters read out
+    cut = normalizer.normalize(digits, "English", most=100)
+    # it stops after the part (up to 200 characters as written) that passed it
+    assert 100 < len(cut) < 4000 and cut.startswith("one million two hundred")
+    short = "It costs $5."
+    assert normalizer.normalize(short, "English", most=100) == normalizer.normalize(short)
