@@ -27,6 +27,7 @@ from .errors import ModelNotFetched, shown
 from .families import QUANTIZE_BITS
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
 from .host_engine.blas import active_blas, use_fast_blas
+from .regular_files import open_regular
 from .settings import ServerSettings
 from .text_segments import SPLITS
 from .voices import parse_aliases
@@ -553,10 +554,11 @@ def _push(store, args: argparse.Namespace) -> None:
 def _read_clip(name: str) -> bytes:
     """A clip file, read no further than the server would accept."""
     limit = _setting("max_ref_bytes")
-    path = Path(name)
-    if not path.is_file():
-        raise RuntimeError(f"{shown(name)} is not an audio file")
-    with open(path, "rb") as handle:
+    try:
+        handle = open_regular(name)
+    except OSError:  # missing, a directory, a FIFO, a device
+        raise RuntimeError(f"{shown(name)} is not an audio file") from None
+    with handle:
         clip = handle.read(limit + 1)
     if len(clip) > limit:
         raise RuntimeError(f"{shown(name)} is larger than {limit} bytes")

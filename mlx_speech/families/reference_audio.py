@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import threading
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import soundfile
@@ -19,6 +18,7 @@ from ..clip_rules import (
     decoding_failure,
 )
 from ..errors import InvalidRequest, shown
+from ..regular_files import NotRegularFile, open_regular
 from ..voice_store import SavedVoice
 
 HEADER_SLACK = 1.0  # seconds; the exact length is checked once decoded
@@ -63,20 +63,15 @@ def _mixed(data: np.ndarray, channels: int) -> np.ndarray:
     return data.mean(axis=1, keepdims=True, dtype=np.float32)
 
 
-def _regular_file(path: str, described: str) -> io.BufferedReader:
-    """``path`` opened for reading if it is a regular file: a FIFO or a
-    device would block its reader, or never end."""
+def _regular_file(path: str, described: str) -> BinaryIO:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open waits for a writer
+        return open_regular(path)
+    except NotRegularFile:
+        raise InvalidRequest("voice", f"{described} is not a regular file") from None
     except OSError as error:
         raise InvalidRequest(
             "voice", f"{described} cannot be read: {error.strerror}"
         ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise InvalidRequest("voice", f"{described} is not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
 
 
 def _decode(source: Any, channels: int) -> tuple[np.ndarray, int]:

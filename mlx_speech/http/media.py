@@ -11,10 +11,10 @@ would block the reading thread or never end), and its open never waits.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from ..regular_files import open_regular
 from .errors import ApiError
 
 
@@ -68,7 +68,6 @@ def _allowed_file(path: str, root: Path, param: str) -> Path:
 
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _read_regular_file(root: Path, relative: Path, max_bytes: int) -> bytes:
@@ -82,10 +81,8 @@ def _read_regular_file(root: Path, relative: Path, max_bytes: int) -> bytes:
             inner = os.open(folder, _DIRECTORY, dir_fd=directory)
             os.close(directory)
             directory = inner
-        handle = os.open(name, _FILE, dir_fd=directory)
+        file = open_regular(name, dir_fd=directory, flags=os.O_NOFOLLOW)
     finally:
         os.close(directory)
-    with open(handle, "rb") as file:
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            raise OSError("not a regular file")
+    with file:
         return file.read(max_bytes + 1)
