@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ..families.languages import iso_code
-from .grammars import LANGUAGES, Grammars
+from .grammars import LANGUAGES, Grammars, read_until_past
 from .robust import clean_text
 from .scripts import script_language
 
@@ -59,13 +59,12 @@ class TextNormalizer:
         cleaned = clean_text(text)
         read_in = self.language(cleaned, language)
         if read_in is not None:
-            lines, length = [], 0
-            for line in cleaned.split("\n"):
-                left = None if most is None else most - length
-                lines.append(self._grammars.read(line, read_in, left))
-                length += len(lines[-1]) + 1
-                if most is not None and length > most:
-                    break
+            lines = read_until_past(
+                cleaned.split("\n"),
+                lambda line, left: self._grammars.read(line, read_in, left),
+                most,
+                separator=1,
+            )
             cleaned = clean_text("\n".join(lines))
         with self._lock:
             self._texts += 1

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from . import chinese, english
 from .robust import kept_spans
 
 LANGUAGES = ("en", "zh")
+T = TypeVar("T")
 # The grammars' time grows faster than the text (1600 characters: 6x the time
 # of 400), so long text is read a sentence at a time: after a mark that ends
 # a sentence, or after a period that follows a word of four letters or more
@@ -57,16 +59,14 @@ class Grammars:
         ``language``, one of ``LANGUAGES``; with ``most``, reading stops
         once the result passes that many characters (it is then cut short)."""
         reader = self.load()[language]
-        pieces, length = [], 0
-        for piece, kept in kept_spans(text):
+
+        def read_span(span: tuple[str, bool], left: int | None) -> str:
+            piece, kept = span
             if kept or not piece.strip():
-                pieces.append(piece)
-            else:
-                left = None if most is None else most - length
-                pieces.append(self._read_words(piece, language, reader, left))
-            length += len(pieces[-1])
-            if most is not None and length > most:
-                break
+                return piece
+            return self._read_words(piece, language, reader, left)
+
+        pieces = read_until_past(kept_spans(text), read_span, most)
         return re.sub(r" {2,}", " ", "".join(pieces))
 
     def _read_words(self, piece: str, language: str, reader, most: int | None) -> str:
@@ -74,12 +74,12 @@ class Grammars:
         prepare, finish = _AROUND[language]
         lead = piece[: len(piece) - len(piece.lstrip())]
         tail = piece[len(piece.rstrip()) :]
-        parts, length = [], 0
-        for part in _sentences(prepare(piece.strip())):
-            parts.append(finish(self._read_piece(reader, part)))
-            length += len(parts[-1]) + 1
-            if most is not None and length > most:
-                break
+        parts = read_until_past(
+            _sentences(prepare(piece.strip())),
+            lambda part, _: finish(self._read_piece(reader, part)),
+            most,
+            separator=1,
+        )
         return lead + " ".join(parts) + tail
 
     def _read_piece(self, reader: Callable[[str], str], piece: str) -> str:
@@ -97,6 +97,23 @@ class Grammars:
                 self.fallbacks += 1
                 words.append(word)
         return " ".join(words)
+
+
+def read_until_past(
+    items: Iterable[T],
+    read: Callable[[T, int | None], str],
+    most: int | None,
+    separator: int = 0,
+) -> list[str]:
+    """``read(item, characters left)`` of each item, in order, stopping once
+    the results (joined by ``separator`` characters) pass ``most``."""
+    results, length = [], 0
+    for item in items:
+        results.append(read(item, None if most is None else most - length))
+        length += len(results[-1]) + separator
+        if most is not None and length > most:
+            break
+    return results
 
 
 class _TakenInTurn:
