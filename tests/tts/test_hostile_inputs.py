@@ -174,6 +174,39 @@ def test_clips_decoded_at_once_are_bounded_in_memory(monkeypatch):
     assert together < 2.5 * alone, f"{together / 2**20:.0f} MiB vs {alone / 2**20:.0f}"
 
 
+def test_no_more_clips_are_decoded_at_once_than_the_bound(monkeypatch):
+    from mlx_speech.families import reference_audio
+
+    at_once, most = 0, 0
+    counting = threading.Lock()
+
+    def slow_decode(source, channels):
+        nonlocal at_once, most
+        with counting:
+            at_once += 1
+            most = max(most, at_once)
+        time.sleep(0.1)
+        with counting:
+            at_once -= 1
+        return np.zeros((48000, 1), np.float32), 48000
+
+    monkeypatch.setattr(reference_audio, "_decode", slow_decode)
+    load = reference_audio.load_reference
+    threads = [
+        threading.Thread(
+            target=load,
+            args=(b"clip",),
+            kwargs={"sample_rate": 48000, "channels": 1, "samples_per_frame": 3840},
+        )
+        for _ in range(reference_audio.DECODES_AT_ONCE + 2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == reference_audio.DECODES_AT_ONCE == max(2, os.cpu_count() or 2)
+
+
 def test_many_channels_are_refused_by_the_header(speaking_tts):
     with pytest.raises(ValueError, match="up to 8 channels"):
         speaking_tts.prepare("Hi.", voice=_clip(1, channels=12))

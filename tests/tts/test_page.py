@@ -106,6 +106,17 @@ def test_the_page_names_the_model_and_what_runs_it(page, speaking_dir):
     assert page.text_content("#model") == f"Model: {speaking_dir.name}, {runs}"
 
 
+def test_the_page_says_when_the_model_failed_to_load(browser, tmp_path):
+    settings = ServerSettings(model=str(tmp_path / "missing"), voices_dir=tmp_path)
+    with RunningServer(settings, wait_until_healthy=False) as running:
+        context = browser.new_context()
+        opened = context.new_page()
+        opened.goto(running.url + "/")
+        opened.wait_for_selector("#model:has-text('it failed to load')")
+        assert "model directory not found" in opened.text_content("#model")
+        context.close()
+
+
 def test_the_page_plays_audio_while_it_is_generated(page):
     frames = 1200  # generation goes on for seconds after playback starts
     speak(page, "A longer text, to hear while it is generated.", frames)
