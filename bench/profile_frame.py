@@ -19,7 +19,11 @@ chunks together, each through MLX and on the host (``codec_decoder``).
 The host parts run where the host engine offers them for the model
 (``--backend``; default: ``MLX_SPEECH_BACKEND``, else auto: the host engine
 where it can run); MLX's take the engine's activations where they apply.
-Prints the best of each and what share of mlx-audio's frame it is. On Linux it
+Prints the best of each and what share of mlx-audio's frame it is, then what
+each MLX part costs the host per frame (``graph_cost``): the primitives it
+evaluates (all, and those that compute), and the times the host waits for
+them, for the lone step (greedy and sampled), a step of ``--batch``, and the
+codec decode (a 16-frame chunk, and a first chunk of one frame). On Linux it
 re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
 """
@@ -54,11 +58,8 @@ def _their_steady_ms(theirs) -> float:
     return (seconds(60) - short) / 40 * 1000
 
 
-def _our_step_ms(model, stepper, frames: int = 16, greedy: bool = True, jobs: int = 1):
-    """→ ms per frame step of ``jobs`` requests stepped together through
-    ``stepper`` (MLX's or the host's), and the first one's frames."""
-    import mlx.core as mx
-
+def _new_jobs(model, greedy: bool, jobs: int) -> list:
+    """``jobs`` requests of the bench text, greedy or with the default sampling."""
     from mlx_speech.families.moss_nano.loop import FrameJob
     from mlx_speech.families.moss_nano.sampling import KeySequence
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
@@ -68,7 +69,15 @@ def _our_step_ms(model, stepper, frames: int = 16, greedy: bool = True, jobs: in
     prompt, _ = model.build_inference_input_ids(
         text=TEXT, tokenizer=model.tokenizer, mode="continuation"
     )
-    group = [FrameJob(model, prompt, sampling, KeySequence(seed)) for seed in range(jobs)]
+    return [FrameJob(model, prompt, sampling, KeySequence(seed)) for seed in range(jobs)]
+
+
+def _our_step_ms(model, stepper, frames: int = 16, greedy: bool = True, jobs: int = 1):
+    """→ ms per frame step of ``jobs`` requests stepped together through
+    ``stepper`` (MLX's or the host's), and the first one's frames."""
+    import mlx.core as mx
+
+    group = _new_jobs(model, greedy, jobs)
     for _ in range(24):
         stepper.step(group)
     mx.eval([job.frame for job in group])
@@ -79,6 +88,50 @@ def _our_step_ms(model, stepper, frames: int = 16, greedy: bool = True, jobs: in
         made.append(group[0].frame)
     mx.eval(made)
     return (time.perf_counter() - started) / frames * 1000, made
+
+
+def _step_cost(model, stepper, greedy: bool, jobs: int = 1, frames: int = 8):
+    """What ``frames`` steps of ``jobs`` requests cost the host, per frame:
+    everything each frame evaluates, its tail included (counted by one last
+    evaluation, which is not one of the frames' syncs)."""
+    import mlx.core as mx
+    from graph_cost import GraphCost
+
+    group = _new_jobs(model, greedy, jobs)
+    for _ in range(4):
+        stepper.step(group)
+
+    def state():
+        return [(job.inputs, job.history.seen, job.keys._key) for job in group]
+
+    mx.eval(state())
+    with GraphCost() as cost:
+        for _ in range(frames):
+            stepper.step(group)
+        mx.eval(state())
+    cost.syncs -= 1
+    return cost, frames
+
+
+def _decode_cost(decoder, frames) -> tuple:
+    """What decoding ``frames`` as one chunk (after two of history) costs."""
+    from graph_cost import GraphCost
+
+    state = decoder.state()
+    for _ in range(2):
+        decoder.decode_together([(state, frames)])
+    with GraphCost() as cost:
+        decoder.decode_together([(state, frames)])
+    return cost, len(frames)
+
+
+def _print_costs(rows) -> None:
+    print(f"{'per frame':44} {'primitives':>10} {'computing':>10} {'syncs':>6}")
+    for name, (cost, frames) in rows.items():
+        print(
+            f"{name:44} {cost.primitives / frames:10.0f} {cost.computing / frames:10.0f} "
+            f"{cost.syncs / frames:6.2f}"
+        )
 
 
 def _products_alone_ms(model, rows: int = 1) -> float:
@@ -221,6 +274,20 @@ def main() -> None:
     )
     for name, value in best.items():
         print(f"{name:44} {value:7.1f} ms  {value / theirs_ms:5.2f} of mlx-audio's frame")
+    _print_costs(
+        {
+            "greedy step alone, through MLX": _step_cost(model, mlx, greedy=True),
+            "sampled step alone, through MLX": _step_cost(model, mlx, greedy=False),
+            f"greedy step, {args.batch} together, through MLX": _step_cost(
+                model, mlx, greedy=True, jobs=args.batch
+            ),
+            f"sampled step, {args.batch} together, through MLX": _step_cost(
+                model, mlx, greedy=False, jobs=args.batch
+            ),
+            "codec decode, 16-frame chunk, through MLX": _decode_cost(mlx_decoder, made),
+            "codec decode, 1-frame chunk, through MLX": _decode_cost(mlx_decoder, made[:1]),
+        }
+    )
 
 
 if __name__ == "__main__":

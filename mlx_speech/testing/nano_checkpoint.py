@@ -259,10 +259,10 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
 
     def record_and_go_on(model, jobs, text_hidden):  # a forced run
         projections.append((text_hidden[0] @ direction).item())
-        return [True] * len(jobs)
+        return mx.zeros((len(jobs),), dtype=mx.int32)  # 0: another frame
 
-    stop_decision = loop._text_head_continues
-    loop._text_head_continues = record_and_go_on
+    stop_decision = loop._text_head_choices
+    loop._text_head_choices = record_and_go_on
     sampled = HeadSampler(0.8, 25, 0.95)
     sampling = loop.FrameSampling(
         text=sampled, audio=sampled, repetition_penalty=1.2, max_frames=32
@@ -274,7 +274,7 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
         for _ in loop.frames(model, prompt, sampling, KeySequence(0)):
             pass
     finally:
-        loop._text_head_continues = stop_decision
+        loop._text_head_choices = stop_decision
     typical = float(np.median(projections[1:]))
     return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 

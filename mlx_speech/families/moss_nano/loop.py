@@ -3,12 +3,15 @@ for several at once.
 
 Per frame: a global transformer step over each request's newest row, a local
 step whose text head chooses between "another audio frame" and "audio ends"
-(the stop decision, the one host sync per frame), then one local step per
-codebook. Requests stepped together share every weight-bound matrix product
-(their rows are stacked); attention runs per request over its own KV cache, so
-each request's numbers are the ones it would get alone. A frame is delivered
-only after the model chose to continue, so no audio of a frame whose text
-token was audio-end ever reaches the decoder.
+(the stop decision), then one local step per codebook. The frame is built as
+one graph and queued whole before the host reads the stop decision (the one
+host sync per frame), so the device computes the codes while the host reads
+it and then builds the next frame. Requests stepped together share every
+weight-bound matrix product (their rows are stacked); attention runs per
+request over its own KV cache, so each request's numbers are the ones it
+would get alone. A frame is delivered only after the model chose to
+continue, so no audio of a frame whose text token was audio-end ever reaches
+the decoder.
 """
 
 from __future__ import annotations
@@ -135,40 +138,50 @@ class MlxFrameStep:
 
 
 def _mlx_step(model: Model, jobs: list[FrameJob], ops: ArrayOps) -> None:
-    config = model.config
-    slot = mx.array([config.audio_assistant_slot_token_id], dtype=mx.int32)
+    """The whole frame as one graph, queued at once; then the stop choices,
+    read while the codes are still being computed (the frame's one host
+    sync). A job that stops drops its codes (its codebooks' keys are spent,
+    as on the host engine, but it is done)."""
     hidden = _global_hidden(model, jobs, ops)
-    local = LocalPass(model.local_transformer, positions=config.n_vq + 1)
-    going = _text_head_continues(model, jobs, local(hidden))
+    local = LocalPass(model.local_transformer, positions=model.config.n_vq + 1)
+    choices = _text_head_choices(model, jobs, local(hidden))
+    frames, next_inputs = _codes(model, jobs, local)
+    mx.async_eval(choices, frames, next_inputs)
+    going = [choice == 0 for choice in choices.tolist()]
     for index, job in enumerate(jobs):
         job.frame = None
         job.stopped = not going[index]
-    if not any(going):
-        return
-    previous = mx.broadcast_to(model.transformer.wte(slot), (len(jobs), hidden.shape[-1]))
+        if going[index]:
+            job.finish_frame(frames[index], next_inputs[index : index + 1])
+
+
+def _codes(
+    model: Model, jobs: list[FrameJob], local: LocalPass
+) -> tuple[mx.array, mx.array]:
+    """Each job's codes of the frame, ``[jobs, n_vq]``, one local step per
+    codebook, and its next input row: the slot's embedding plus each code's,
+    summed in ``embed_rows``' order from the embeddings the local steps take,
+    so none is looked up twice."""
+    slot = model.transformer.wte.weight[model.config.audio_assistant_slot_token_id]
+    previous = mx.broadcast_to(slot, (len(jobs), slot.shape[-1]))
+    next_inputs = previous
     seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
-    samplers = [job.sampling.audio if going[i] else None for i, job in enumerate(jobs)]
+    samplers = [job.sampling.audio for job in jobs]
+    penalties = [job.sampling.repetition_penalty for job in jobs]
     # every codebook's draw of each sampling job, taken at once
-    sequences = [job.keys for job in jobs]
-    sampled, uniforms = next_draws(samplers, sequences, len(model.audio_embeddings))
+    sampled, uniforms = next_draws(
+        samplers, [job.keys for job in jobs], len(model.audio_embeddings)
+    )
     codes = []
     for channel, embedding in enumerate(model.audio_embeddings):
         logits = linear(local(previous), embedding.weight)
-        logits = penalize_repeats(
-            logits,
-            seen[:, channel, : logits.shape[-1]],
-            [job.sampling.repetition_penalty for job in jobs],
-        )
+        logits = penalize_repeats(logits, seen[:, channel, : logits.shape[-1]], penalties)
         channel_uniforms = None if uniforms is None else uniforms[channel]
         code = pick_rows(logits, samplers, channel_uniforms, sampled)
         codes.append(code)
         previous = embedding(code)
-    frames = mx.stack(codes, axis=1)  # [jobs, n_vq]
-    slots = mx.broadcast_to(slot[None, :], (len(jobs), 1))
-    next_inputs = embed_rows(model, mx.concatenate([slots, frames], axis=1)[:, None, :])
-    for index, job in enumerate(jobs):
-        if going[index]:
-            job.finish_frame(frames[index], next_inputs[index : index + 1])
+        next_inputs = next_inputs + previous
+    return mx.stack(codes, axis=1), next_inputs[:, None, :]
 
 
 def _global_hidden(model: Model, jobs: list[FrameJob], ops: ArrayOps) -> mx.array:
@@ -192,17 +205,16 @@ def _global_hidden(model: Model, jobs: list[FrameJob], ops: ArrayOps) -> mx.arra
     return mx.stack(hidden)
 
 
-def _text_head_continues(
+def _text_head_choices(
     model: Model, jobs: list[FrameJob], local_hidden: mx.array
-) -> list[bool]:
-    """Each job's text-head choice; the frame's one host sync."""
+) -> mx.array:
+    """Each job's text-head choice, lazy: 0 for another frame, 1 for the end."""
     config = model.config
     candidates = mx.array(
         [config.audio_assistant_slot_token_id, config.audio_end_token_id], dtype=mx.int32
     )
     logits = local_hidden @ model.transformer.wte.weight[candidates].T
-    choices = sample_rows(logits, [(job.sampling.text, job.keys) for job in jobs])
-    return [choice == 0 for choice in choices.tolist()]
+    return sample_rows(logits, [(job.sampling.text, job.keys) for job in jobs])
 
 
 def frames(

@@ -1,0 +1,99 @@
+"""What a piece of MLX work costs the host: the primitives it evaluates and
+the times the host waits for them.
+
+    with GraphCost() as cost:
+        ...           # MLX work, evaluated inside (by mx.eval, .tolist(), ...)
+    cost.primitives, cost.computing, cost.syncs
+
+While counting, every evaluation through ``mx.eval``, ``mx.async_eval``,
+``array.tolist``, ``array.item`` and ``array.__array__`` (numpy) first walks
+the graph it is about to run (``mx.export_to_dot``: each primitive not yet
+evaluated is a node). A sync is one of those calls but ``mx.async_eval``:
+the host stops until the device has computed what it asked for. Views
+(reshapes, transposes, slices, broadcasts) cost no kernel on a GPU, so
+``computing`` leaves them out; on MLX's CPU backend every primitive is a task
+its scheduler runs. The walk takes time, so time the same work apart.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import Counter
+
+import mlx.core as mx
+
+VIEWS = frozenset(
+    {"AsStrided", "Broadcast", "ExpandDims", "Reshape", "Slice", "Split", "Squeeze"}
+    | {"StopGradient", "Transpose"}
+)
+_PRIMITIVE = re.compile(r'label ="([^"]+)", shape=rectangle')
+
+
+class GraphCost:
+    def __init__(self):
+        self.by_primitive: Counter[str] = Counter()
+        self.syncs = 0
+        self._originals: dict = {}
+
+    @property
+    def primitives(self) -> int:
+        return sum(self.by_primitive.values())
+
+    @property
+    def computing(self) -> int:
+        return sum(n for name, n in self.by_primitive.items() if name not in VIEWS)
+
+    def _walk(self, *trees) -> None:
+        arrays: list[mx.array] = []
+        _gather(trees, arrays)
+        if arrays:
+            text = io.StringIO()
+            mx.export_to_dot(text, *arrays)
+            self.by_primitive.update(_PRIMITIVE.findall(text.getvalue()))
+
+    def __enter__(self) -> GraphCost:
+        module_eval, async_eval = mx.eval, mx.async_eval
+        methods = {
+            name: getattr(mx.array, name) for name in ("tolist", "item", "__array__")
+        }
+        self._originals = {"eval": module_eval, "async_eval": async_eval, **methods}
+
+        def counted_eval(*trees):
+            self._walk(*trees)
+            self.syncs += 1
+            return module_eval(*trees)
+
+        def counted_async_eval(*trees):
+            self._walk(*trees)
+            return async_eval(*trees)
+
+        def counted(method):
+            def read(array, *args, **kwargs):
+                self._walk(array)
+                self.syncs += 1
+                return method(array, *args, **kwargs)
+
+            return read
+
+        mx.eval, mx.async_eval = counted_eval, counted_async_eval
+        for name, method in methods.items():
+            setattr(mx.array, name, counted(method))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        mx.eval = self._originals.pop("eval")
+        mx.async_eval = self._originals.pop("async_eval")
+        for name, method in self._originals.items():
+            setattr(mx.array, name, method)
+
+
+def _gather(tree, into: list) -> None:
+    if isinstance(tree, mx.array):
+        into.append(tree)
+    elif isinstance(tree, (list, tuple)):
+        for item in tree:
+            _gather(item, into)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            _gather(item, into)
