@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES
+from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES, kernels_to_ask_for
 from tests.tts.support.host_engine import needs_host_library
 
 pytestmark = needs_host_library
@@ -132,9 +132,12 @@ print(len(shapes))
 
 
 def _with_openblas(script: str) -> str:
-    """``script``'s output, run with OpenBLAS preloaded; fails the test if
-    it fails."""
+    """``script``'s output, run with OpenBLAS preloaded as ``mlx-speech``
+    preloads it (its kernels included); fails the test if it fails."""
     environment = {**os.environ, "LD_PRELOAD": OPENBLAS, "OPENBLAS_THREAD_TIMEOUT": "20"}
+    kernels = kernels_to_ask_for(OPENBLAS)
+    if kernels is not None and "OPENBLAS_CORETYPE" not in os.environ:
+        environment["OPENBLAS_CORETYPE"] = kernels
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,

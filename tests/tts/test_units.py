@@ -58,6 +58,49 @@ def test_fast_blas_bounds_the_spin_of_a_preloaded_openblas(monkeypatch, timeout,
     assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == (timeout or "20")
 
 
+AVX512 = frozenset({"sse3", "avx2", "fma", "avx512f", "avx512cd", "avx512bw"})
+AVX512 |= {"avx512dq", "avx512vl"}
+
+
+@pytest.mark.parametrize(
+    "chosen, flags, asked",
+    [
+        ("Prescott", AVX512, "SkylakeX"),  # OpenBLAS 0.3.21 on a 2023 Xeon
+        ("Nehalem", frozenset({"sse4_2", "avx2", "fma"}), "Haswell"),
+        ("Prescott", frozenset({"sse3", "avx"}), None),  # it is that old
+        ("Prescott", AVX512 - {"avx512vl", "avx2"}, None),
+        ("SkylakeX", AVX512, None),
+        ("Cooperlake", AVX512, None),
+        ("Zen", AVX512, None),
+        (None, AVX512, None),  # OpenBLAS could not be asked
+    ],
+)
+def test_openblas_is_asked_for_newer_kernels_only_where_it_fell_back(chosen, flags, asked):
+    assert blas.better_kernels(chosen, flags) == asked
+
+
+@pytest.mark.parametrize("set_by_user", [None, "Haswell"])
+def test_fast_blas_asks_for_the_kernels_openblas_does_not_pick(
+    monkeypatch, tmp_path, set_by_user
+):
+    library = tmp_path / "libopenblas.so.0"
+    library.write_bytes(b"")
+    calls = []
+    monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", (str(library),))
+    monkeypatch.setattr(blas.sys, "platform", "linux")
+    monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
+    monkeypatch.setattr(blas, "openblas_kernels", lambda library: "Prescott")
+    monkeypatch.setattr(blas, "_cpu_flags", lambda: AVX512)
+    for name in ("MLX_SPEECH_BLAS_CHECKED", "LD_PRELOAD", "OPENBLAS_CORETYPE"):
+        monkeypatch.setenv(name, "")  # restored after the test
+        monkeypatch.delenv(name)
+    if set_by_user:
+        monkeypatch.setenv("OPENBLAS_CORETYPE", set_by_user)
+    blas.use_fast_blas()
+    assert len(calls) == 1
+    assert blas.os.environ["OPENBLAS_CORETYPE"] == (set_by_user or "SkylakeX")
+
+
 def test_fast_blas_leaves_a_process_alone_when_openblas_is_missing(monkeypatch):
     calls = []
     monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", ("/nonexistent/libopenblas.so.0",))
