@@ -20,13 +20,21 @@ def test_first_chunk_is_one_frame_then_chunks_grow_by_half_up_to_the_cap():
     assert all(size <= max(1, sum(sizes[:i]) // 2) for i, size in enumerate(sizes))
 
 
-def test_fast_blas_re_executes_at_most_once(monkeypatch, tmp_path):
+@pytest.fixture
+def installed_openblas(monkeypatch, tmp_path) -> tuple[str, list]:
+    """A Linux with an OpenBLAS file at the returned path, and the list of
+    the re-executions ``use_fast_blas`` asks for (none happens)."""
     library = tmp_path / "libopenblas.so.0"
     library.write_bytes(b"")
     calls = []
     monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", (str(library),))
     monkeypatch.setattr(blas.sys, "platform", "linux")
     monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
+    return str(library), calls
+
+
+def test_fast_blas_re_executes_at_most_once(monkeypatch, installed_openblas):
+    library, calls = installed_openblas
     monkeypatch.setenv("MLX_SPEECH_BLAS_CHECKED", "")  # restored after the test
     monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
     monkeypatch.setenv("LD_PRELOAD", "")
@@ -34,7 +42,7 @@ def test_fast_blas_re_executes_at_most_once(monkeypatch, tmp_path):
     blas.use_fast_blas()
     blas.use_fast_blas()
     assert len(calls) == 1
-    assert blas.os.environ["LD_PRELOAD"] == str(library)
+    assert blas.os.environ["LD_PRELOAD"] == library
     assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == "20"
 
 
@@ -81,14 +89,9 @@ def test_openblas_is_asked_for_newer_kernels_only_where_it_fell_back(chosen, fla
 
 @pytest.mark.parametrize("set_by_user", [None, "Haswell"])
 def test_fast_blas_asks_for_the_kernels_openblas_does_not_pick(
-    monkeypatch, tmp_path, set_by_user
+    monkeypatch, installed_openblas, set_by_user
 ):
-    library = tmp_path / "libopenblas.so.0"
-    library.write_bytes(b"")
-    calls = []
-    monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", (str(library),))
-    monkeypatch.setattr(blas.sys, "platform", "linux")
-    monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
+    _, calls = installed_openblas
     monkeypatch.setattr(blas, "openblas_kernels", lambda library: "Prescott")
     monkeypatch.setattr(blas, "_cpu_flags", lambda: AVX512)
     for name in ("MLX_SPEECH_BLAS_CHECKED", "LD_PRELOAD", "OPENBLAS_CORETYPE"):
