@@ -182,3 +182,31 @@ def test_uniforms_drawn_together_equal_each_sequence_drawn_in_turn():
             assert uniforms[count, position].item() == expected.item()
     for mine, theirs in zip(together, alone, strict=True):
         assert mine.next().tolist() == theirs.next().tolist()
+
+
+def test_new_sampler_values_and_mixed_batches_reuse_the_compiled_draw(monkeypatch):
+    """The compiled filters and draw trace once per top-k value (it sets
+    shapes) and batch shape; a request's new temperature or top-p, and
+    requests with other samplers in the same steps, trace nothing again."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano import sampling
+    from mlx_speech.families.moss_nano.sampling import HeadSampler, pick_rows
+
+    traces = []
+    drawn = sampling.inverse_cdf  # runs in Python only while MLX traces
+    monkeypatch.setattr(sampling, "inverse_cdf", lambda *a: traces.append(1) or drawn(*a))
+    vocab = 37  # a shape no other test compiles
+    logits = mx.random.normal((2, vocab), key=mx.random.key(0))
+    uniforms = mx.array([[0.25], [0.75]])
+
+    def step(*samplers: HeadSampler) -> None:
+        mx.eval(pick_rows(logits, list(samplers), uniforms, [0, 1]))
+
+    step(HeadSampler(0.8, 5, 0.9), HeadSampler(0.8, 5, 0.9))
+    assert len(traces) == 1
+    step(HeadSampler(0.5, 5, 0.7), HeadSampler(0.5, 5, 0.7))  # other values
+    assert len(traces) == 1
+    for _ in range(3):  # two requests' samplers in each step, one row each
+        step(HeadSampler(0.8, 5, 0.9), HeadSampler(1.1, 7, 0.6))
+    assert len(traces) == 3  # one row with top-k 5, one with 7: traced once each
