@@ -236,6 +236,27 @@ def _serve_parser(commands) -> None:
     )
     serve.add_argument("--port", type=int, default=port, help=f"port (default: {port})")
     serve.add_argument(
+        "--wyoming-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also speak the Wyoming protocol (Home Assistant's) on this TCP port "
+        "(its usual one is 10200; default: off)",
+    )
+    serve.add_argument(
+        "--wyoming-host",
+        default=None,
+        metavar="HOST",
+        help="address the Wyoming server listens on (default: --host's); it has "
+        "no keys, so keep it on addresses only trusted machines reach",
+    )
+    serve.add_argument(
+        "--no-http",
+        dest="http",
+        action="store_false",
+        help="run the Wyoming server alone, without HTTP (needs --wyoming-port)",
+    )
+    serve.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -377,6 +398,9 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         normalize=args.normalize,
         quantize=args.quantize,
         backend=args.backend,
+        wyoming_port=args.wyoming_port,
+        wyoming_host=args.wyoming_host,
+        http=args.http,
     )
 
 
@@ -395,6 +419,10 @@ def _serve(args: argparse.Namespace) -> None:
         log.info("BLAS: %s", active_blas())
     if not mlx_compiled_here_before():
         log.info(FIRST_COMPILE_NOTICE)
+    if not settings.http:
+        log.info("loading %s in the background", settings.model)
+        _serve_wyoming_alone(app)
+        return
     log.info(
         "loading %s in the background; listening on %s meanwhile (OpenAI base_url "
         "%s/v1; /health answers 503 until the model is ready)",
@@ -418,6 +446,42 @@ def _serve(args: argparse.Namespace) -> None:
         raise RuntimeError(f"could not load the model: {slot.error}")
     if not server.started:
         raise RuntimeError(f"could not serve on {address} (see the log above)")
+
+
+def _serve_wyoming_alone(app) -> None:
+    """The app's lifespan (the model, the engine, the Wyoming listener)
+    without HTTP, until SIGINT or SIGTERM; then what is being spoken may
+    finish for the grace, as ``_run_until_signalled`` lets it."""
+    import anyio
+
+    from .http.adapter import END_EARLY_SECONDS
+
+    state, slot = app.state, app.state.slot
+    grace = state.settings.shutdown_timeout
+    stopping = threading.Event()
+    slot.on_failure = lambda error: stopping.set()
+    slot.on_loaded = _keep_loaded_objects_from_the_collector
+
+    def stop(signum, frame) -> None:
+        stopping.set()
+        state.shutdown.begin(grace)
+
+    async def run() -> None:
+        async with app.router.lifespan_context(app):
+            while not stopping.is_set():
+                await anyio.sleep(0.1)
+            deadline = time.monotonic() + grace + END_EARLY_SECONDS
+            while state.sockets.active and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        anyio.run(run)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if slot.error is not None:
+        raise RuntimeError(f"could not load the model: {slot.error}")
 
 
 def _keep_loaded_objects_from_the_collector() -> None:
@@ -731,7 +795,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # --help and usage errors end here, at once
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and usage errors end here, at once
+    if args.command == "serve" and not args.http and args.wyoming_port is None:
+        parser.error("--no-http serves Wyoming alone: it needs --wyoming-port")
     if argv is None and args.command in ("serve", "speak"):
         use_fast_blas()  # re-executes the command (parsed again) with OpenBLAS
     try:

@@ -53,6 +53,7 @@ from .http.voice_listing import created_voice, removed_voice, voices_listing
 from .settings import ServerSettings
 from .tts import TTS
 from .voice_store import UnknownVoice, VoiceStore
+from .wyoming_server import serve_wyoming
 
 __all__ = ["ModelSlot", "ServerSettings", "create_app", "uvicorn_config"]
 
@@ -490,6 +491,8 @@ async def _lifespan(app: Starlette):
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(state.shutdown.end_bodies_when_overdue)
+            if state.settings.wyoming_port is not None:
+                state.wyoming_port = await tasks.start(serve_wyoming, state)
             yield
             tasks.cancel_scope.cancel()
     finally:

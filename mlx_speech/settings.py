@@ -39,6 +39,9 @@ class ServerSettings:
     normalize: bool = True  # a request's text normalization when it does not say
     quantize: int | None = None  # bits of MOSS-TTS-Nano's transformer weights
     backend: str | None = None  # "auto", "mlx" or "host"; None: MLX_SPEECH_BACKEND
+    wyoming_port: int | None = None  # None: no Wyoming server
+    wyoming_host: str | None = None  # None: host's
+    http: bool = True  # False: the Wyoming server alone
 
     @property
     def max_body_bytes(self) -> int:

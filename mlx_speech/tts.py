@@ -13,6 +13,7 @@ from .engine import ChunkStream, Engine
 from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
 from .families.fields import check_text
+from .families.languages import language_codes
 from .normalization import TextNormalizer
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
@@ -70,6 +71,12 @@ class TTS:
     @property
     def voices(self) -> list[str]:
         return list(self._service.voices)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """ISO 639-1 codes of the languages the model speaks (for a model that
+        takes any language, those of ``families.languages``' table)."""
+        return language_codes(getattr(self._service, "languages", None))
 
     def stats(self) -> dict[str, float]:
         """The family's counters (e.g. reference cache hits) and the text

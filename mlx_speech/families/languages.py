@@ -47,6 +47,16 @@ def iso_code(language: Any) -> str | None:
     return LANGUAGES[known][0]
 
 
+def language_codes(supported: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The ISO 639-1 codes of a family's languages (``supported``, in its own
+    spelling), or of the whole table where the family detects the language
+    itself (``None``); names the table does not know are left out."""
+    if supported is None:
+        return tuple(aliases[0] for aliases in LANGUAGES.values())
+    codes = (iso_code(language) for language in supported)
+    return tuple(dict.fromkeys(code for code in codes if code not in (None, AUTO)))
+
+
 def check_language(language: Any, supported: tuple[str, ...] | None, family: str) -> str:
     """``language`` (``None`` is auto) in the family's own spelling; ``supported``
     lists the family's languages, or is ``None`` where it detects the language

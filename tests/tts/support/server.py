@@ -30,9 +30,8 @@ class RunningServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn_config(
-            create_app(settings, load), settings, log_level="warning", lifespan="on"
-        )
+        self.app = create_app(settings, load)
+        config = uvicorn_config(self.app, settings, log_level="warning", lifespan="on")
         self._wait_until_healthy = wait_until_healthy
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(

@@ -1,0 +1,86 @@
+"""A ``synthesize`` or ``synthesize-start`` event's fields, checked: its
+voice (a name from ``info``: default, a preset, a saved voice or an alias;
+never a path), language and text format, and a ``synthesize``'s text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from wyoming.tts import SynthesizeTextFormat
+
+from ..errors import shown
+from ..text_stream import TextFeed, TextStream
+from ..tts import TTS
+from ..voices import UnknownVoiceName, resolve_voice
+
+
+class BadEvent(Exception):
+    """What is wrong with an event, for its ``error`` event."""
+
+    def __init__(self, message: str, code: str = "bad-request"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class SpeechAsked:
+    text: str | None  # a synthesize's; None: a stream's, which comes in chunks
+    open_stream: Callable[[TextFeed], TextStream]  # checks the options (ValueError)
+
+
+def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAsked:
+    _check_format(data.get("text_format"))
+    text = data.get("text") if needs_text else None
+    if needs_text:
+        if not isinstance(text, str):
+            raise BadEvent("synthesize needs a string 'text'")
+        limit = state.settings.max_input_chars
+        if len(text) > limit:
+            raise BadEvent(
+                f"the text has {len(text)} characters; at most {limit} are spoken",
+                "too-long",
+            )
+    voice, language = _voice(data.get("voice"), tts, state)
+    options = {} if language is None else {"language": language}
+
+    def open_stream(feed: TextFeed) -> TextStream:
+        return tts.stream_text(feed, voice, **options)
+
+    return SpeechAsked(text, open_stream)
+
+
+def _check_format(text_format: Any) -> None:
+    if text_format in (None, SynthesizeTextFormat.TEXT.value):
+        return
+    if text_format == SynthesizeTextFormat.SSML.value:
+        raise BadEvent("SSML is not spoken yet: send the text as text_format 'text'")
+    raise BadEvent(f"unknown text_format {shown(text_format)}; 'text' is spoken")
+
+
+def _voice(voice: Any, tts: TTS, state: Any) -> tuple[Any, str | None]:
+    """The voice as the model takes it, and the language asked (if any)."""
+    if voice is None:
+        return None, None
+    if not isinstance(voice, dict):
+        raise BadEvent("'voice' must be an object with a 'name' or a 'language'")
+    name, language = voice.get("name"), voice.get("language")
+    if language is not None and not isinstance(language, str):
+        raise BadEvent("the voice's 'language' must be a string")
+    if name is None:
+        return None, language
+    if not isinstance(name, str):
+        raise BadEvent("the voice's 'name' must be a string")
+    try:
+        resolved = resolve_voice(
+            name,
+            presets=tts.voices,
+            find_saved=state.store.find,
+            hint="describe lists the available ones",
+            paths=False,
+            aliases=tts.voice_aliases,
+        )
+    except UnknownVoiceName as error:
+        raise BadEvent(str(error), "unknown-voice") from None
+    return resolved, language

@@ -1,0 +1,335 @@
+"""One Wyoming connection (Home Assistant's text-to-speech protocol).
+
+``describe`` gets ``info``. ``synthesize`` gets one ``audio-start``, the
+audio as ``audio-chunk`` events of 16-bit PCM at the model's rate as it is
+generated, and ``audio-stop``. The streaming form, ``synthesize-start``,
+``synthesize-chunk`` pieces and ``synthesize-stop``, speaks each sentence
+as soon as it is complete (``TTS.stream_text``), each in its own
+``audio-start`` … ``audio-stop``, and ends with ``synthesize-stopped``; a
+``synthesize`` sent inside it (clients send the whole text again for servers
+that do not stream) is ignored. ``ping`` gets ``pong``.
+
+Requests are spoken in the order they came, one at a time, while the
+connection goes on reading. A mistake gets an ``error`` event and the
+connection goes on; bytes that are no event within the bounds
+(``framing``) get one and end it. The bounds are HTTP's: the text's length,
+the requests waiting for the model (counted from a request's turn), a client
+that reads nothing (``--stream-idle-timeout``) or says nothing while nothing
+is being spoken (``--socket-idle-timeout``), and the graceful stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe
+from wyoming.ping import Ping, Pong
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+)
+
+from ..audio import Audio
+from ..errors import shown
+from ..http.admission import admit
+from ..http.errors import ApiError
+from ..http.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
+from ..http.speech_socket import MAX_UTTERANCES_WAITING, StalledReader
+from ..pcm import to_pcm16
+from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from .framing import FramingError, event_bytes, read_event
+from .program import program_info
+from .requests import BadEvent, SpeechAsked, speech_asked
+
+log = logging.getLogger("mlx_speech.server")
+
+SAMPLE_WIDTH = 2  # bytes: 16-bit PCM
+
+
+@dataclass
+class Utterance:
+    """One request's text on its way to the model."""
+
+    feed: TextFeed
+    stream: TextStream
+    streamed: bool  # synthesize-start's: a cycle a sentence, then synthesize-stopped
+    chars: int = 0
+    admitted: bool = False  # counted toward --max-queue: its turn came
+
+    def cancel(self) -> None:
+        self.stream.close()
+        self.feed.end()
+
+
+class WyomingSession:
+    def __init__(self, connection: anyio.abc.ByteStream, state: Any):
+        self._connection = connection
+        self._reader = BufferedByteReceiveStream(connection)
+        self._state = state
+        self._send_lock = anyio.Lock()
+        self._turns_in, self._turns = anyio.create_memory_object_stream[Utterance](
+            MAX_UTTERANCES_WAITING
+        )
+        self._utterances: list[Utterance] = []  # waiting or speaking, in order
+        self._open: Utterance | None = None  # taking synthesize-chunk text
+        self._last_heard = time.monotonic()
+
+    async def run(self) -> None:
+        try:
+            async with anyio.create_task_group() as watchers:
+                watchers.start_soon(self._end_on_shutdown, watchers.cancel_scope)
+                watchers.start_soon(self._end_when_idle, watchers.cancel_scope)
+                async with anyio.create_task_group() as speaking:
+                    speaking.start_soon(self._speak_in_turn)
+                    await self._receive_all()
+                    if self._open is not None:  # the client left mid-stream
+                        self._open.cancel()
+                    self._turns_in.close()
+                watchers.cancel_scope.cancel()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, StalledReader):
+            pass  # the client has gone, or reads nothing
+        finally:
+            for utterance in self._utterances:
+                utterance.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._connection.aclose()
+
+    # Receiving
+
+    async def _receive_all(self) -> None:
+        max_data = 4 * self._state.settings.max_input_chars + 64 * 1024
+        while True:
+            try:
+                event = await read_event(self._reader, max_data)
+            except FramingError as error:
+                await self._error(f"{error}; the connection is closed", "bad-framing")
+                return
+            if event is None:
+                return
+            self._last_heard = time.monotonic()
+            try:
+                await self._handle(event)
+            except BadEvent as error:
+                await self._error(str(error), error.code)
+
+    async def _handle(self, event: Event) -> None:
+        if Describe.is_type(event.type):
+            await self._describe()
+        elif Ping.is_type(event.type):
+            await self._send(Pong(text=event.data.get("text")).event())
+        elif Synthesize.is_type(event.type):
+            if self._open is None:  # inside a stream it repeats the chunks' text
+                asked = self._parsed(event, needs_text=True)
+                await self._queue(asked, streamed=False)
+        elif SynthesizeStart.is_type(event.type):
+            if self._open is not None:
+                raise BadEvent("a synthesize-start came before the last one's stop")
+            self._open = await self._queue(self._parsed(event), streamed=True)
+        elif SynthesizeChunk.is_type(event.type):
+            self._add_text(event)
+        elif SynthesizeStop.is_type(event.type):
+            if self._open is None:
+                raise BadEvent("synthesize-stop without a synthesize-start")
+            self._open.feed.end()
+            self._open = None
+        else:
+            raise BadEvent(f"unknown event type {shown(event.type)}", "unknown-event")
+
+    def _parsed(self, event: Event, needs_text: bool = False) -> SpeechAsked:
+        tts = self._tts()
+        return speech_asked(event.data, tts, self._state, needs_text)
+
+    def _tts(self):
+        try:
+            return self._state.slot.ready()
+        except ApiError as error:  # still loading, or failed to
+            raise BadEvent(error.message, "not-ready") from None
+
+    async def _describe(self) -> None:
+        tts = self._tts()
+        saved = await anyio.to_thread.run_sync(self._state.store.list)
+        await self._send(program_info(tts, self._state.slot.id, saved).event())
+
+    async def _queue(self, asked: SpeechAsked, streamed: bool) -> Utterance:
+        if len(self._utterances) >= MAX_UTTERANCES_WAITING:
+            raise BadEvent(
+                f"a connection may have {MAX_UTTERANCES_WAITING} requests waiting to "
+                "be spoken; this one is dropped",
+                "too-many-waiting",
+            )
+        feed = TextFeed()
+        try:
+            stream = await anyio.to_thread.run_sync(asked.open_stream, feed)
+        except ValueError as error:
+            raise BadEvent(f"not spoken: {str(error)[:300]}") from None
+        utterance = Utterance(feed, stream, streamed)
+        if asked.text is not None:
+            utterance.chars = len(asked.text)
+            feed.put(asked.text)
+            feed.end()
+        self._utterances.append(utterance)
+        await self._turns_in.send(utterance)
+        return utterance
+
+    def _add_text(self, event: Event) -> None:
+        utterance = self._open
+        if utterance is None:
+            raise BadEvent("synthesize-chunk without a synthesize-start")
+        text = event.data.get("text")
+        if not isinstance(text, str):
+            raise BadEvent("synthesize-chunk needs a string 'text'")
+        limit = self._state.settings.max_input_chars
+        if utterance.chars + len(text) > limit:
+            raise BadEvent(
+                f"this stream would pass {limit} characters; the chunk is dropped",
+                "too-long",
+            )
+        utterance.chars += len(text)
+        utterance.feed.put(text)
+
+    # Speaking
+
+    async def _speak_in_turn(self) -> None:
+        async with self._turns:
+            async for utterance in self._turns:
+                try:
+                    if await self._admitted(utterance):
+                        await self._speak(utterance)
+                finally:
+                    utterance.cancel()
+                    if utterance.admitted:
+                        self._state.metrics.request_closed()
+                    self._utterances.remove(utterance)
+
+    async def _admitted(self, utterance: Utterance) -> bool:
+        try:
+            admit(self._state)  # the bound on requests waiting for the model
+        except ApiError as error:
+            code = "stopping" if error.status == 503 else "busy"
+            await self._error(f"{error.message}; this request is dropped", code)
+            return False
+        utterance.admitted = True
+        return True
+
+    async def _speak(self, utterance: Utterance) -> None:
+        """The utterance's audio cycles; a failure is said, and what was
+        begun is ended (its audio-stop, a stream's synthesize-stopped)."""
+        rate = self._state.slot.ready().sample_rate
+        audio = _AudioCycles(rate, utterance.streamed)
+        events = utterance.stream.events()
+        while True:
+            try:
+                event = await _next_event(events)
+            except Exception as error:  # noqa: BLE001 - a sentence failed: say so
+                why = "not spoken" if isinstance(error, ValueError) else "generation failed"
+                await self._send_all(audio.stop())
+                await self._error(f"{why}: {str(error)[:300]}")
+                break
+            if event is None:
+                break
+            await self._send_all(audio.events_for(event))
+        await self._send_all(audio.stop())
+        if utterance.streamed:
+            await self._send(SynthesizeStopped().event())
+
+    # Sending
+
+    async def _send_all(self, events: list[Event]) -> None:
+        for event in events:
+            await self._send(event)
+
+    async def _send(self, event: Event) -> None:
+        """One event sent; ``StalledReader`` if the client took none of it for
+        ``--stream-idle-timeout`` seconds."""
+        data = event_bytes(event)
+        async with self._send_lock:
+            with anyio.move_on_after(self._state.settings.stream_idle_timeout) as waiting:
+                await self._connection.send(data)
+            if waiting.cancelled_caught:
+                log.warning(
+                    "a Wyoming client read nothing for %.0f s; connection closed",
+                    self._state.settings.stream_idle_timeout,
+                )
+                raise StalledReader
+
+    async def _error(self, text: str, code: str = "bad-request") -> None:
+        await self._send(Error(text=text, code=code).event())
+
+    # Ending
+
+    async def _end_on_shutdown(self, scope: anyio.CancelScope) -> None:
+        """A stopping server lets what is being spoken finish until its
+        deadline, then says so and closes the connection."""
+        shutdown = self._state.shutdown
+        while not shutdown.started or (self._utterances and not shutdown.overdue):
+            await anyio.sleep(SHUTDOWN_POLL_SECONDS)
+        for utterance in self._utterances:
+            utterance.cancel()
+        with anyio.move_on_after(1):
+            await self._error(STOPPING, "stopping")
+        scope.cancel()
+
+    async def _end_when_idle(self, scope: anyio.CancelScope) -> None:
+        """A connection that says nothing for ``--socket-idle-timeout``
+        seconds while nothing is being spoken is closed."""
+        timeout = self._state.settings.socket_idle_timeout
+        while True:
+            await anyio.sleep(min(timeout, 1.0))
+            quiet = time.monotonic() - self._last_heard
+            if quiet >= timeout and not self._utterances and self._open is None:
+                log.debug("a Wyoming connection said nothing for %.0f s; closed", quiet)
+                scope.cancel()
+                return
+
+
+class _AudioCycles:
+    """A request's engine events → Wyoming audio events: one cycle for a
+    ``synthesize``, one a sentence for a stream."""
+
+    def __init__(self, rate: int, per_sentence: bool):
+        self._rate = rate
+        self._per_sentence = per_sentence
+        self._open = False
+        self._samples = 0  # sent so far: the chunks' timestamps (ms)
+
+    def events_for(self, event: Any) -> list[Event]:
+        if isinstance(event, SegmentStarted):
+            if self._open:
+                return []
+            self._open = True
+            return [AudioStart(self._rate, SAMPLE_WIDTH, 1).event()]
+        if isinstance(event, SegmentEnded):
+            return self.stop() if self._per_sentence else []
+        if isinstance(event, Audio) and len(event.samples):
+            chunk = AudioChunk(
+                self._rate,
+                SAMPLE_WIDTH,
+                1,
+                to_pcm16(event.samples).tobytes(),
+                timestamp=self._samples * 1000 // self._rate,
+            )
+            self._samples += len(event.samples)
+            return [chunk.event()]
+        return []
+
+    def stop(self) -> list[Event]:
+        if not self._open:
+            return []
+        self._open = False
+        return [AudioStop(timestamp=self._samples * 1000 // self._rate).event()]
+
+
+async def _next_event(events) -> Any:
+    return await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)

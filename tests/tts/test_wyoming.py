@@ -1,0 +1,296 @@
+"""The Wyoming server (Home Assistant's protocol), through the ``wyoming``
+package's own client, against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event, async_read_event
+from wyoming.info import Describe, Info
+from wyoming.ping import Ping
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeTextFormat,
+    SynthesizeVoice,
+)
+
+from mlx_speech.server import ServerSettings
+from tests.tts.support.cli import MLX_SPEECH
+from tests.tts.support.idle import wait_until_idle
+from tests.tts.support.server import RunningServer
+
+FRAME_SAMPLES = 960  # the tiny codec's samples a frame, at 48 kHz
+MAX_CHARS = 300
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, nano_backend, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("wyoming-voices"),
+        max_input_chars=MAX_CHARS,
+        wyoming_port=0,
+        backend=nano_backend,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+def talk(server, conversation):
+    """Runs ``conversation(client)`` on a new connection to the Wyoming port."""
+
+    async def run():
+        port = server.app.state.wyoming_port
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            return await asyncio.wait_for(conversation(client), 60)
+
+    return asyncio.run(run())
+
+
+async def read_until(client, *kinds: str) -> list[Event]:
+    """Events up to the first of ``kinds`` (included)."""
+    events = []
+    while True:
+        event = await client.read_event()
+        assert event is not None, f"closed before {kinds}: {[e.type for e in events]}"
+        events.append(event)
+        if event.type in kinds:
+            return events
+
+
+def audio_cycles(events: list[Event]) -> list[bytes]:
+    """The PCM of each audio-start … audio-stop, checking its format."""
+    cycles, pcm = [], None
+    for event in events:
+        if AudioStart.is_type(event.type):
+            start = AudioStart.from_event(event)
+            assert (start.rate, start.width, start.channels) == (48000, 2, 1)
+            pcm = b""
+        elif AudioChunk.is_type(event.type):
+            assert pcm is not None
+            pcm += AudioChunk.from_event(event).audio
+        elif AudioStop.is_type(event.type):
+            cycles.append(pcm)
+            pcm = None
+    return cycles
+
+
+def test_describe_lists_the_model_and_its_voices_as_they_change(server, reference_clip):
+    async def describe(client) -> Info:
+        await client.write_event(Describe().event())
+        return Info.from_event((await read_until(client, "info"))[-1])
+
+    info = talk(server, describe)
+    assert len(info.tts) == 1
+    program = info.tts[0]
+    assert program.name == "mlx-speech" and program.supports_synthesize_streaming
+    assert [voice.name for voice in program.voices] == ["default"]
+    assert {"en", "zh"} <= set(program.voices[0].languages)
+
+    store = server.app.state.store
+    store.add("grandma", reference_clip.read_bytes())
+    try:
+        names = [voice.name for voice in talk(server, describe).tts[0].voices]
+        assert names == ["default", "grandma"]
+    finally:
+        store.remove("grandma")
+    assert [voice.name for voice in talk(server, describe).tts[0].voices] == ["default"]
+
+
+def test_synthesize_streams_one_cycle_of_pcm_as_it_is_generated(server):
+    async def synthesize(client):
+        await client.write_event(Synthesize("Hello there. How are you?").event())
+        return await read_until(client, "audio-stop", "error")
+
+    events = talk(server, synthesize)
+    kinds = [e.type for e in events if e.type != "audio-chunk"]
+    assert kinds == ["audio-start", "audio-stop"]
+    (pcm,) = audio_cycles(events)
+    chunks = [AudioChunk.from_event(e) for e in events if e.type == "audio-chunk"]
+    assert len(chunks[0].audio) == FRAME_SAMPLES * 2  # the first chunk is one frame
+    assert len(pcm) % (FRAME_SAMPLES * 2) == 0 and len(pcm) > FRAME_SAMPLES * 4
+    stop = AudioStop.from_event(events[-1])
+    assert stop.timestamp == len(pcm) // 2 * 1000 // 48000  # ms of audio sent
+
+
+def test_a_stream_speaks_each_sentence_before_its_text_ends(server):
+    async def stream(client):
+        await client.write_event(SynthesizeStart(voice=SynthesizeVoice("default")).event())
+        await client.write_event(SynthesizeChunk("The first sentence is here. The").event())
+        # the first sentence is complete: its audio comes before the rest is sent
+        before_the_rest = await read_until(client, "audio-chunk")
+        await client.write_event(SynthesizeChunk(" second one follows.").event())
+        whole = "The first sentence is here. The second one follows."
+        await client.write_event(Synthesize(whole).event())  # for old servers: ignored
+        await client.write_event(SynthesizeStop().event())
+        return before_the_rest + await read_until(client, "synthesize-stopped", "error")
+
+    events = talk(server, stream)
+    kinds = [e.type for e in events if e.type != "audio-chunk"]
+    assert kinds == ["audio-start", "audio-stop"] * 2 + ["synthesize-stopped"]
+    assert all(len(pcm) > 0 for pcm in audio_cycles(events))
+
+
+def test_mistakes_get_error_events_and_the_connection_goes_on(server):
+    async def mistakes(client):
+        sent = [
+            Synthesize("Hi.", voice=SynthesizeVoice("nosuch")).event(),
+            Synthesize("<speak>Hi.</speak>", text_format=SynthesizeTextFormat.SSML).event(),
+            Synthesize("x" * (MAX_CHARS + 1)).event(),
+            Event(type="synthesize", data={"text": 7}),
+            Event(type="no-such-event"),
+            SynthesizeChunk("orphan").event(),
+            SynthesizeStop().event(),
+        ]
+        errors = []
+        for event in sent:
+            await client.write_event(event)
+            errors.append(Error.from_event((await read_until(client, "error"))[-1]))
+        await client.write_event(Ping("still there?").event())
+        return errors, (await read_until(client, "pong"))[-1]
+
+    errors, pong = talk(server, mistakes)
+    assert [error.code for error in errors] == [
+        "unknown-voice",
+        "bad-request",
+        "too-long",
+        "bad-request",
+        "unknown-event",
+        "bad-request",
+        "bad-request",
+    ]
+    assert "nosuch" in errors[0].text and "SSML" in errors[1].text
+    assert f"at most {MAX_CHARS}" in errors[2].text
+    assert pong.data == {"text": "still there?"}
+
+
+def raw_exchange(server, data: bytes) -> tuple[list[Event], bool]:
+    """Sends raw bytes; → the events answered, and whether the server closed."""
+
+    async def run():
+        port = server.app.state.wyoming_port
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        await writer.drain()
+        events = []
+        while (event := await asyncio.wait_for(async_read_event(reader), 10)) is not None:
+            events.append(event)
+        writer.close()
+        return events, reader.at_eof()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "data, said",
+    [
+        (b"not json\n", "is not JSON"),
+        (b'{"data": {}}\n', "no 'type'"),
+        (json.dumps({"type": "x", "payload_length": 10**9}).encode() + b"\n", "10"),
+        (b"x" * 70_000, "passed 65536 bytes"),
+    ],
+    ids=["not-json", "no-type", "huge-payload", "endless-line"],
+)
+def test_bytes_that_are_no_event_get_an_error_and_the_connection_ends(server, data, said):
+    events, closed = raw_exchange(server, data)
+    assert [event.type for event in events] == ["error"] and closed
+    assert said in events[0].data["text"] and events[0].data["code"] == "bad-framing"
+
+
+def test_a_client_that_leaves_mid_synthesis_frees_the_model(server):
+    async def leave(client):
+        await client.write_event(Synthesize("Hello there. " * 10).event())
+        await read_until(client, "audio-chunk")  # then it goes
+
+    talk(server, leave)
+    wait_until_idle()
+    assert server.app.state.metrics.in_flight == 0
+
+
+def test_the_wyoming_server_runs_alone_and_stops_on_sigterm(speaking_dir):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [MLX_SPEECH, "serve", "--model", str(speaking_dir), "--no-http"]
+    served = subprocess.Popen(
+        [*command, "--wyoming-port", str(port), "--port", str(port + 1)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "MLX_SPEECH_API_KEY": ""},
+    )
+    try:
+
+        async def describe():
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(Describe().event())
+                return await asyncio.wait_for(read_until(client, "info", "error"), 10)
+
+        deadline = time.monotonic() + 60
+        while True:  # the listener opens at once; the model loads meanwhile
+            try:
+                if asyncio.run(describe())[-1].type == "info":
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and served.poll() is None
+            time.sleep(0.2)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{port + 1}/health", timeout=2)
+        served.send_signal(signal.SIGTERM)
+        assert served.wait(30) == 0
+    finally:
+        served.kill()
+    assert "Wyoming (Home Assistant) listening" in served.stdout.read()
+
+
+def test_no_http_without_a_wyoming_port_is_a_usage_error():
+    finished = subprocess.run(
+        [MLX_SPEECH, "serve", "--no-http"], capture_output=True, text=True, timeout=60
+    )
+    assert finished.returncode == 2 and "needs --wyoming-port" in finished.stderr
+
+
+def test_a_quiet_connection_is_closed_and_a_stopping_server_says_so(
+    speaking_dir, nano_backend, tmp_path
+):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path,
+        wyoming_port=0,
+        socket_idle_timeout=1.0,
+        backend=nano_backend,
+    )
+    with RunningServer(settings) as running:
+
+        async def quiet(client):
+            started = time.monotonic()
+            assert await client.read_event() is None  # closed by the server
+            return time.monotonic() - started
+
+        assert 0.9 <= talk(running, quiet) < 5
+
+        async def stopped_mid_speech(client):
+            await client.write_event(Synthesize("Hello there. " * 20).event())
+            await read_until(client, "audio-chunk")
+            running.app.state.shutdown.begin(0.2)
+            events = await read_until(client, "error")
+            assert await client.read_event() is None
+            return Error.from_event(events[-1])
+
+        error = talk(running, stopped_mid_speech)
+        assert (error.code, error.text) == ("stopping", "the server is shutting down")
