@@ -13,10 +13,12 @@ from .formats import encode_whole, format_for_path
 @dataclass(frozen=True)
 class Audio:
     """Float32 samples at ``sample_rate``: ``[samples]`` (mono, the default)
-    or ``[samples, channels]``."""
+    or ``[samples, channels]``; a text stream's chunks say which ``segment``
+    (its index) they belong to."""
 
     samples: np.ndarray
     sample_rate: int
+    segment: int | None = None
 
     @property
     def channels(self) -> int:

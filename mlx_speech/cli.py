@@ -166,6 +166,14 @@ def _speak_parser(commands) -> None:
         choices=list(FORMATS),
         help="container (default: from the output suffix)",
     )
+    speak.add_argument(
+        "--captions",
+        default=None,
+        metavar="FILE",
+        help="also write each sentence's (or clause's, with --split) time in the "
+        "audio to FILE, WebVTT (.vtt) or SubRip (.srt); the text is then spoken "
+        "segment by segment, as with '-'",
+    )
     for name, kind, text in SAMPLING_FLAGS:
         flag = "--" + name.replace("_", "-")
         speak.add_argument(flag, type=kind, default=None, help=text)
@@ -671,11 +679,14 @@ def _speech_stream(tts, args: argparse.Namespace):
     if args.text == "-":
         args.stdin = _StandardInput()
         return tts.stream_text(args.stdin, split=args.split, **options)
+    if args.captions is not None:
+        return tts.stream_text([args.text], split=args.split, **options)
     return tts.stream(args.text, **options)
 
 
-def _chunks_saying_segments(stream):
-    """A text stream's chunks, telling standard error what each segment says."""
+def _chunks_saying_segments(stream, say: bool):
+    """A text stream's chunks, telling standard error what each segment says
+    (``say``)."""
     from .text_stream import SegmentEnded, SegmentStarted, TextStream
 
     if not isinstance(stream, TextStream):
@@ -683,7 +694,8 @@ def _chunks_saying_segments(stream):
         return
     for event in stream.events():
         if isinstance(event, SegmentStarted):
-            print(f"speaking: {event.text}", file=sys.stderr, flush=True)
+            if say:
+                print(f"speaking: {event.text}", file=sys.stderr, flush=True)
         elif not isinstance(event, SegmentEnded):
             yield event
 
@@ -692,6 +704,7 @@ def _speak(args: argparse.Namespace) -> None:
     import mlx_speech
 
     output = _checked_output(args)
+    _checked_captions(args)
     if sys.stderr.isatty() and not mlx_compiled_here_before():
         print(f"note: {FIRST_COMPILE_NOTICE}", file=sys.stderr, flush=True)
     loading = time.perf_counter()
@@ -709,10 +722,31 @@ def _speak(args: argparse.Namespace) -> None:
     audio = mlx_speech.Audio(samples, tts.sample_rate)
     where = "played" if output is None else _written(audio, output, args.format)
     print(_summary(where, audio.duration, started - loading, first_audio, elapsed))
+    if args.captions is not None:
+        _write_captions(args.captions, stream.captions)
+        print(f"wrote {args.captions}: {len(stream.captions)} captions")
     blas = f", BLAS: {active_blas()}" if tts.device == "cpu" else ""
     print(f"backend: {tts.backend} on {tts.device}{blas}")
     if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
+
+
+def _write_captions(path: str, captions: list) -> None:
+    from .captions import srt, webvtt
+
+    write = webvtt if Path(path).suffix.lower() == ".vtt" else srt
+    Path(path).write_text(write(captions), encoding="utf-8")
+
+
+def _checked_captions(args: argparse.Namespace) -> None:
+    """A captions file must be .vtt or .srt, in a directory that exists."""
+    if args.captions is None:
+        return
+    path = Path(args.captions)
+    if path.suffix.lower() not in (".vtt", ".srt"):
+        raise RuntimeError(f"cannot write captions to {path}: name a .vtt or .srt file")
+    if not path.absolute().parent.is_dir():
+        raise RuntimeError(f"cannot write {path}: its directory does not exist")
 
 
 def _checked_output(args: argparse.Namespace) -> str | None:
@@ -739,7 +773,7 @@ def _generated(stream, args: argparse.Namespace, sample_rate: int, started: floa
     player = Player(sample_rate, args.channels or 1) if args.play else None
     first_audio, chunks = None, []
     try:
-        for chunk in _chunks_saying_segments(stream):
+        for chunk in _chunks_saying_segments(stream, say=args.text == "-"):
             if first_audio is None:
                 first_audio = time.perf_counter() - started
             chunks.append(chunk.samples)

@@ -17,13 +17,15 @@ for audio before writing more never deadlocks the reader of the audio.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import queue
 import threading
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from .audio import Audio
+from .captions import Caption, Timeline
+from .segment_marks import SegmentEnded, SegmentStarted
 from .text_segments import TextSegmenter
 
 # Segments held (generated or generating) but not yet read to their end.
@@ -31,18 +33,6 @@ SEGMENTS_AHEAD = 2
 # Segments cut from the text but not yet spoken.
 SEGMENTS_QUEUED = 64
 EMPTY_TEXT = "the text was empty: nothing to speak"
-
-
-@dataclass(frozen=True)
-class SegmentStarted:
-    index: int
-    text: str
-
-
-@dataclass(frozen=True)
-class SegmentEnded:
-    index: int
-    text: str
 
 
 class _Failure:
@@ -79,9 +69,11 @@ class TextFeed:
 class TextStream:
     """Audio chunks of text read from ``deltas``, segment after segment.
 
-    Iterating gives the ``Audio`` chunks; ``events()`` gives them between
-    ``SegmentStarted`` and ``SegmentEnded`` markers. Work starts on the
-    first read. Errors (of the deltas, or of a segment's synthesis) are
+    Iterating gives the ``Audio`` chunks, each with the index of its
+    ``segment``; ``events()`` gives them between ``SegmentStarted`` and
+    ``SegmentEnded`` markers; ``captions`` holds each segment read to its end
+    with where its audio lies (samples at ``sample_rate``). Work starts on
+    the first read. Errors (of the deltas, or of a segment's synthesis) are
     raised in order, after the audio of the segments before them.
     ``close()`` cancels the segment being spoken and the ones queued.
     """
@@ -91,10 +83,19 @@ class TextStream:
         deltas: Iterable[str],
         segmenter: TextSegmenter,
         speak: Callable[[str], Any],
+        sample_rate: int,
     ):
         self._pipeline = _Pipeline(deltas, segmenter, speak)
         self.ignored: tuple[str, ...] = ()  # request fields the model did not use
+        self.sample_rate = sample_rate
+        self._timeline = Timeline(sample_rate)
         self._events = self._read_events()
+
+    @property
+    def captions(self) -> list[Caption]:
+        """The segments read to their end so far: all of them once the
+        stream is finished."""
+        return list(self._timeline.captions)
 
     def __iter__(self) -> TextStream:
         return self
@@ -121,6 +122,7 @@ class TextStream:
                 raise event.error
             if isinstance(event, SegmentEnded):
                 self._pipeline.segment_read()
+            self._timeline.add(event)
             yield event
 
     def close(self) -> None:
@@ -240,7 +242,7 @@ class _Pipeline:
         self.output.put(SegmentStarted(index, text))
         try:
             for chunk in self._speaking:
-                self.output.put(chunk)
+                self.output.put(dataclasses.replace(chunk, segment=index))
         except Exception as error:  # noqa: BLE001 - synthesis failed: tell the reader
             self.output.put(_Failure(error))
             return False

@@ -218,7 +218,7 @@ class TTS:
         ``close()`` cancels what is queued and running.
         """
         segmenter, speak, ignored = self._text_speaker(voice, split, options)
-        stream = TextStream(deltas, segmenter, speak)
+        stream = TextStream(deltas, segmenter, speak, self.sample_rate)
         stream.ignored = ignored
         return stream
 
@@ -234,7 +234,8 @@ class TTS:
         cancels."""
         segmenter, speak, _ = self._text_speaker(voice, split, options)
         feed = TextFeed()
-        return AsyncTextStream(deltas, feed, TextStream(feed, segmenter, speak))
+        stream = TextStream(feed, segmenter, speak, self.sample_rate)
+        return AsyncTextStream(deltas, feed, stream)
 
     def _text_speaker(self, voice: Any, split: str, options: dict[str, Any]):
         """The segmenter, the per-segment ``stream`` of a text stream and the

@@ -82,7 +82,8 @@ def parse_socket_config(message: dict, rules: RequestRules) -> SocketConfig:
 
 class SentenceAudio:
     """One segment's audio as the socket sends it: PCM chunks as they come
-    (``stream_audio``), else one whole file at the segment's end."""
+    (``stream_audio``), else one whole file at the segment's end; ``samples``
+    counts it at the output rate."""
 
     def __init__(self, config: SocketConfig, native_rate: int):
         request = config.request
@@ -91,9 +92,11 @@ class SentenceAudio:
         self._progressive = config.stream_audio
         self._resampler = StreamingResampler(native_rate, self.rate)
         self._held: list[np.ndarray] = []
+        self.samples = 0
 
     def add(self, samples: np.ndarray) -> bytes:
         resampled = self._resampler.process(samples)
+        self.samples += len(resampled)
         if self._progressive:
             return to_pcm16(resampled).tobytes()
         self._held.append(resampled)
@@ -101,6 +104,7 @@ class SentenceAudio:
 
     def finish(self) -> bytes:
         rest = self._resampler.flush()
+        self.samples += len(rest)
         if self._progressive:
             return to_pcm16(rest).tobytes()
         samples = np.concatenate([*self._held, rest])
@@ -399,6 +403,7 @@ class SpeechSocket:
         started: SegmentStarted | None = None
         audio: SentenceAudio | None = None
         sent = count = 0
+        place = _Place()  # where each sentence lies in the utterance's audio
         while True:
             try:
                 event = await _next_event(events)
@@ -409,16 +414,19 @@ class SpeechSocket:
             if event is None:  # the end, a failure, or a cancel mid-sentence
                 if started is None:
                     return count
-                await self._send(_done_message(utterance, started.index, sent, True))
+                done = _done_message(utterance, started.index, sent, True)
+                await self._send({**done, **place.of(audio)})
                 return count + 1
             if isinstance(event, SegmentStarted):
                 started, audio, sent = event, SentenceAudio(config, native_rate), 0
-                await self._send(self._start_message(utterance, event, audio, config))
+                start = self._start_message(utterance, event, audio, config)
+                await self._send({**start, "start_sample": place.start})
             elif isinstance(event, Audio):
                 sent += await self._send_audio(audio.add(event.samples))
             elif isinstance(event, SegmentEnded):
                 sent += await self._send_audio(audio.finish())
-                await self._send(_done_message(utterance, event.index, sent, False))
+                done = _done_message(utterance, event.index, sent, False)
+                await self._send({**done, **place.of(audio)})
                 started, count = None, count + 1
 
     def _start_message(self, utterance, event, audio, config) -> dict:
@@ -477,6 +485,19 @@ class SpeechSocket:
                     await utterance.spoken.wait()
         await self._end(STOPPING, GOING_AWAY)
         self._tasks.cancel_scope.cancel()
+
+
+class _Place:
+    """Where the sentences of an utterance lie in its audio, in samples at
+    the output rate (the caption of each)."""
+
+    def __init__(self):
+        self.start = 0
+
+    def of(self, audio: SentenceAudio) -> dict:
+        """The sentence just ended: its start and end; the next starts there."""
+        start, self.start = self.start, self.start + audio.samples
+        return {"start_sample": start, "end_sample": self.start}
 
 
 async def _next_event(events) -> Any:

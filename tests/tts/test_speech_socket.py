@@ -524,3 +524,23 @@ def test_an_utterance_of_whitespace_alone_is_not_spoken(server):
         "not spoken: the text was empty: nothing to speak"
     ]
     assert received[-1]["total_sentences"] == 0
+
+
+def test_each_sentence_says_where_it_lies_in_the_utterance(server):
+    """Captions: start and end samples at the output rate, exact to the
+    sample after resampling, each sentence starting where the last ended."""
+    with connect(socket_url(server)) as ws:
+        config = {**CONFIG, "sample_rate": 16000}
+        send(ws, "session.config", response_format="pcm", stream_audio=True, **config)
+        send(ws, "input.text", text="Hello there. How are you? Fine.")
+        send(ws, "input.done")
+        received = receive_until(ws, "session.done")
+    starts, dones = messages(received, "audio.start"), messages(received, "audio.done")
+    assert len(dones) == 3
+    end = 0
+    for start, done in zip(starts, dones, strict=True):
+        assert start["start_sample"] == done["start_sample"] == end
+        assert done["end_sample"] - done["start_sample"] == done["total_bytes"] // 2
+        end = done["end_sample"]
+    audio = b"".join(frame for frame in received if isinstance(frame, bytes))
+    assert end == len(audio) // 2
