@@ -39,39 +39,35 @@ class Caption:
 
 class Timeline:
     """The captions of a text stream's events, in the order they go out:
-    ``add`` each event; ``count`` the samples each chunk became where the
-    caller resamples it (else its own samples are counted)."""
+    ``add`` each event, or ``count`` the samples each chunk became where the
+    caller resamples it and ``end_segment`` at each ``SegmentEnded``. A
+    segment starts where the one before it ended (or at its
+    ``SegmentStarted``)."""
 
     def __init__(self, rate: int):
         self.rate = rate
         self.captions: list[Caption] = []
         self.samples = 0  # handed out so far
-        self._started: tuple[SegmentStarted, int] | None = None
+        self._start = 0
 
     def add(self, event: object) -> Caption | None:
         """The caption a ``SegmentEnded`` completes, else None."""
         if isinstance(event, SegmentStarted):
-            self._started = (event, self.samples)
+            self._start = self.samples
         elif isinstance(event, Audio):
             self.count(len(event.samples))
-        elif isinstance(event, SegmentEnded) and self._started is not None:
-            return self.end_segment()
+        elif isinstance(event, SegmentEnded):
+            return self.end_segment(event)
         return None
 
     def count(self, samples: int) -> None:
         self.samples += samples
 
-    def end_segment(self) -> Caption:
-        started, start = self._started
-        self._started = None
-        caption = Caption(started.index, started.text, start, self.samples, self.rate)
+    def end_segment(self, ended: SegmentEnded) -> Caption:
+        caption = Caption(ended.index, ended.text, self._start, self.samples, self.rate)
         self.captions.append(caption)
+        self._start = self.samples
         return caption
-
-    @property
-    def segment_start(self) -> int | None:
-        """Where the segment being spoken began, if one is."""
-        return None if self._started is None else self._started[1]
 
 
 def webvtt(captions: list[Caption]) -> str:

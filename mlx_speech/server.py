@@ -47,10 +47,16 @@ from .http.openapi import openapi_document
 from .http.page import page, page_asset
 from .http.protocol_errors import JsonErrorsWebSocketProtocol
 from .http.shutdown import Shutdown
-from .http.speech_request import RequestRules, SpeechRequest, parse_speech_request
+from .http.speech_request import (
+    RequestRules,
+    SpeechRequest,
+    parse_captioned_request,
+    parse_speech_request,
+)
 from .http.speech_socket import OpenSockets, SpeechSocket, refuse
 from .http.voice_listing import created_voice, removed_voice, voices_listing
 from .settings import ServerSettings
+from .text_stream import TextStream
 from .tts import TTS
 from .voice_store import UnknownVoice, VoiceStore
 from .wyoming_server import serve_wyoming
@@ -159,6 +165,16 @@ def _rules(state: Any, tts: TTS) -> RequestRules:
 
 
 async def speech(request: Request) -> Response:
+    return await _speak(request, parse_speech_request)
+
+
+async def captioned_speech(request: Request) -> Response:
+    """Kokoro-FastAPI's ``/dev/captioned_speech``: the audio with a caption
+    per segment, as JSON."""
+    return await _speak(request, parse_captioned_request)
+
+
+async def _speak(request: Request, parse: Callable[..., SpeechRequest]) -> Response:
     state = request.app.state
     settings: ServerSettings = state.settings
     metrics: Metrics = state.metrics
@@ -168,9 +184,7 @@ async def speech(request: Request) -> Response:
     # a round about to start waits a moment for this request (``Engine.expect``).
     arrived = state.engine.expect()
     try:
-        parsed = await anyio.to_thread.run_sync(
-            parse_speech_request, body, _rules(state, tts)
-        )
+        parsed = await anyio.to_thread.run_sync(parse, body, _rules(state, tts))
         admit(state)
         try:
             # Validation decodes reference audio: keep it off the event loop.
@@ -197,6 +211,7 @@ async def speech(request: Request) -> Response:
         on_close=metrics.request_closed,
         shutdown=state.shutdown,
         ignored=chunks.ignored,
+        timestamps=parsed.timestamps,
     )
     return AudioResponse(chunks, delivery)
 
@@ -259,9 +274,14 @@ async def _stop_items_when_abandoned(request: Request, scope: anyio.CancelScope)
     scope.cancel()
 
 
-def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream:
-    """Validate with the family and get the job's stream; bad requests are 400s."""
+def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream | TextStream:
+    """Validate with the family and get the job's stream (with captions, the
+    text spoken segment by segment); bad requests are 400s."""
     try:
+        if parsed.captions is not None:
+            return tts.stream_text(
+                [parsed.text], parsed.voice, split=parsed.captions, **parsed.options
+            )
         return tts.stream(parsed.text, voice=parsed.voice, **parsed.options)
     except InvalidRequest as error:
         param = "input" if error.param == "text" else error.param
@@ -390,6 +410,7 @@ async def openapi(request: Request) -> Response:
 ROUTES = [
     Route("/v1/audio/speech", speech, methods=["POST"]),
     Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
+    Route("/dev/captioned_speech", captioned_speech, methods=["POST"]),
     WebSocketRoute("/v1/audio/speech/stream", speech_socket),
     Route("/v1/audio/speech/stream", speech_socket_over_http, methods=["GET"]),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),

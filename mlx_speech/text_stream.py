@@ -129,6 +129,8 @@ class TextStream:
         """Safe from any thread; a read blocked in another thread returns."""
         self._pipeline.close()
 
+    cancel = close  # as a ``ChunkStream`` names it
+
     def __del__(self) -> None:
         self._pipeline.close()
 

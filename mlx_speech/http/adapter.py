@@ -1,5 +1,6 @@
 """The ASGI audio adapter: a job's chunks → a streamed body, SSE events, or
-one buffered body.
+one buffered body; a text stream's (``captions``) with each segment's
+caption: an SSE event, or Kokoro-FastAPI's captioned JSON (``captioned``).
 
 The next chunk is requested only after the previous send completed
 (backpressure). A client that disconnects, a send that fails, task
@@ -20,8 +21,13 @@ from typing import Any
 import anyio
 import numpy as np
 
+from ..audio import Audio
+from ..captions import Caption, Timeline
 from ..engine import ChunkStream
 from ..formats import FORMATS, encode_whole
+from ..segment_marks import SegmentEnded, SegmentStarted
+from ..text_stream import TextStream
+from .captioned import CaptionedLines, caption_event, error_line
 from .containers import StreamEncoder
 from .errors import ApiError
 from .metrics import Metrics
@@ -44,18 +50,21 @@ class Delivery:
     response_format: str
     native_rate: int
     output_rate: int
-    mode: str  # "audio" | "sse" | "buffered"
+    mode: str  # "audio" | "sse" | "buffered" | "captioned" | "captioned-whole"
     idle_timeout: float
     metrics: Metrics
     accepted_at: float
     on_close: Callable[[], None]
     shutdown: Shutdown
     ignored: tuple[str, ...] = ()  # request fields the model did not use
+    timestamps: bool = True  # captioned: list the captions (Kokoro's return_timestamps)
 
 
 class AudioResponse:
-    def __init__(self, chunks: ChunkStream, delivery: Delivery):
+    def __init__(self, chunks: ChunkStream | TextStream, delivery: Delivery):
         self._chunks = chunks
+        # a text stream's events: its chunks, and where each segment ends
+        self._items = chunks.events() if isinstance(chunks, TextStream) else chunks
         self._delivery = delivery
         self._audio_seconds = 0.0
         self._first_audio_at: float | None = None
@@ -100,6 +109,8 @@ class AudioResponse:
         if self._delivery.mode == "sse":
             message = {"message": STOPPING, "type": "server_error"}
             await self._event(send, {"type": "speech.audio.error", "error": message})
+        elif self._delivery.mode == "captioned":
+            await self._send(send, error_line(STOPPING))
         elif self._encoder is not None:
             await self._send(send, self._encoder.finish())
         await self._send(send, b"", more=False)
@@ -113,26 +124,44 @@ class AudioResponse:
         scope.cancel()
 
     async def _next_chunk(self) -> Any:
-        chunk = await anyio.to_thread.run_sync(
-            lambda: next(self._chunks, None), abandon_on_cancel=True
-        )
-        if chunk is not None and self._first_audio_at is None:
+        """The next ``Audio`` chunk, or a text stream's ``SegmentEnded``."""
+        chunk = await anyio.to_thread.run_sync(self._next_item, abandon_on_cancel=True)
+        if isinstance(chunk, Audio) and self._first_audio_at is None:
             self._first_audio_at = time.perf_counter()
             self._delivery.metrics.first_audio(
                 self._first_audio_at - self._delivery.accepted_at
             )
         return chunk
 
-    async def _pcm(self, first: Any) -> AsyncIterator[np.ndarray]:
-        """The job's audio at the output rate, starting with ``first``."""
+    def _next_item(self) -> Any:
+        for item in self._items:
+            if not isinstance(item, SegmentStarted):
+                return item
+        return None
+
+    async def _pcm(self, first: Any) -> AsyncIterator[np.ndarray | Caption]:
+        """The job's audio at the output rate, starting with ``first``; a
+        text stream's segments are each resampled on their own and followed
+        by their ``Caption``, counted at the output rate (so exact)."""
         delivery = self._delivery
         resampler = StreamingResampler(delivery.native_rate, delivery.output_rate)
-        chunk = first
-        while chunk is not None:
-            self._audio_seconds += len(chunk.samples) / delivery.native_rate
-            yield resampler.process(chunk.samples)
-            chunk = await self._next_chunk()
+        timeline = Timeline(delivery.output_rate)
+        item = first
+        while item is not None:
+            if isinstance(item, SegmentEnded):
+                yield self._counted(timeline, resampler.flush())
+                resampler = StreamingResampler(delivery.native_rate, delivery.output_rate)
+                yield timeline.end_segment(item)
+            else:
+                self._audio_seconds += len(item.samples) / delivery.native_rate
+                yield self._counted(timeline, resampler.process(item.samples))
+            item = await self._next_chunk()
         yield resampler.flush()
+
+    @staticmethod
+    def _counted(timeline: Timeline, samples: np.ndarray) -> np.ndarray:
+        timeline.count(len(samples))
+        return samples
 
     async def _send(self, send: Callable, body: bytes, more: bool = True) -> None:
         if not body and more:
@@ -172,13 +201,17 @@ class AudioResponse:
             await self._send_error(scope, send, error)
             return
         started = time.perf_counter()
-        if first is not None:
+        if isinstance(first, Audio):
             self._channels = first.channels
         mode = self._delivery.mode
         if mode == "audio":
             await self._stream_audio(send, first)
         elif mode == "sse":
             await self._stream_events(send, first)
+        elif mode == "captioned":
+            await self._stream_captioned(send, first)
+        elif mode == "captioned-whole":
+            await self._send_captioned_whole(send, first)
         else:
             await self._send_buffered(send, first)
         self._delivery.metrics.finished(time.perf_counter() - started, self._audio_seconds)
@@ -194,24 +227,32 @@ class AudioResponse:
         self._encoder = encoder
         await self._start(send, FORMATS[encoder.response_format].content_type, {})
         await self._send(send, encoder.start())
-        async for samples in self._pcm(first):
+        async for samples in self._audio_only(first):
             await self._send(send, encoder.encode(samples))
         await self._send(send, encoder.finish())
         await self._send(send, b"", more=False)
+
+    async def _audio_only(self, first: Any) -> AsyncIterator[np.ndarray]:
+        async for part in self._pcm(first):
+            if not isinstance(part, Caption):
+                yield part
 
     def _stream_encoder(self) -> StreamEncoder:
         delivery = self._delivery
         return StreamEncoder(delivery.response_format, delivery.output_rate, self._channels)
 
     async def _send_buffered(self, send: Callable, first: Any) -> None:
-        parts = [samples async for samples in self._pcm(first)]
-        samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        body = encode_whole(
-            samples, self._delivery.output_rate, self._delivery.response_format
-        )
+        parts = [samples async for samples in self._audio_only(first)]
+        body = self._whole_file(parts)
         content_type = FORMATS[self._delivery.response_format].content_type
         await self._start(send, content_type, {"content-length": str(len(body))})
         await self._send(send, body, more=False)
+
+    def _whole_file(self, parts: list[np.ndarray]) -> bytes:
+        samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        return encode_whole(
+            samples, self._delivery.output_rate, self._delivery.response_format
+        )
 
     async def _event(self, send: Callable, event: dict) -> None:
         await self._send(send, f"data: {json.dumps(event)}\n\n".encode())
@@ -227,8 +268,11 @@ class AudioResponse:
 
         try:
             await delta(encoder.start())
-            async for samples in self._pcm(first):
-                await delta(encoder.encode(samples))
+            async for part in self._pcm(first):
+                if isinstance(part, Caption):
+                    await self._event(send, caption_event(part))
+                else:
+                    await delta(encoder.encode(part))
             await delta(encoder.finish())
         except Exception as error:  # noqa: BLE001 - reported in-band, then the stream ends
             log.warning("speech stream failed: %s", error)
@@ -238,3 +282,40 @@ class AudioResponse:
             usage = {"output_audio_seconds": round(self._audio_seconds, 3)}
             await self._event(send, {"type": "speech.audio.done", "usage": usage})
         await self._send(send, b"", more=False)
+
+    async def _stream_captioned(self, send: Callable, first: Any) -> None:
+        """Kokoro-FastAPI's streamed captioned speech: a JSON line per
+        segment with its audio (the encoder's bytes since the line before:
+        the lines' audio, joined, is one file) and its caption. A failure
+        after the first line is a last line with an ``error``."""
+        encoder = self._stream_encoder()
+        content_type = FORMATS[encoder.response_format].content_type
+        lines = CaptionedLines(content_type, self._delivery.timestamps)
+        await self._start(send, "application/json", {})
+        held = encoder.start()
+        try:
+            async for part in self._pcm(first):
+                if isinstance(part, Caption):
+                    await self._send(send, lines.line(held, [part]))
+                    held = b""
+                else:
+                    held += encoder.encode(part)
+            held += encoder.finish()
+            if held:
+                await self._send(send, lines.line(held, []))
+        except Exception as error:  # noqa: BLE001 - reported in-band, then the stream ends
+            log.warning("speech stream failed: %s", error)
+            await self._send(send, error_line(str(error)))
+        await self._send(send, b"", more=False)
+
+    async def _send_captioned_whole(self, send: Callable, first: Any) -> None:
+        """Kokoro-FastAPI's captioned speech, not streamed: one JSON object
+        with the whole file and every caption."""
+        parts = [part async for part in self._pcm(first)]
+        captions = [part for part in parts if isinstance(part, Caption)]
+        body = self._whole_file([part for part in parts if not isinstance(part, Caption)])
+        content_type = FORMATS[self._delivery.response_format].content_type
+        lines = CaptionedLines(content_type, self._delivery.timestamps)
+        document = lines.line(body, captions)
+        await self._start(send, "application/json", {"content-length": str(len(document))})
+        await self._send(send, document, more=False)

@@ -11,6 +11,7 @@ from ..clip_rules import MAX_REF_TEXT_CHARS
 from ..families.options import SEED_LIMIT
 from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
+from ..text_segments import SPLITS
 from ..time_stretch import MAX_SPEED, MIN_SPEED
 from .batch import MAX_ITEMS
 from .errors import ERROR_TYPES
@@ -107,6 +108,18 @@ def _field_schemas(settings: ServerSettings) -> dict[str, Any]:
             "buffered file; neither field: a streamed file",
         },
         "stream_format": {"enum": ["audio", "sse"], "description": "decides when sent"},
+        "captions": {
+            "type": "boolean",
+            "default": False,
+            "description": "with stream_format sse: the text is spoken segment by "
+            "segment, and each segment's audio is followed by a speech.audio.caption "
+            "event (its text, start and end in samples and seconds)",
+        },
+        "split_granularity": {
+            "enum": list(SPLITS),
+            "default": "sentence",
+            "description": "with captions: what a segment (a caption) is",
+        },
         "temperature": {"type": "number", "minimum": 0},
         "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "top_k": {"type": "integer", "minimum": 0},
@@ -121,23 +134,18 @@ def _field_schemas(settings: ServerSettings) -> dict[str, Any]:
     }
 
 
+def _input_body(fields: dict[str, Any]) -> dict[str, Any]:
+    """A JSON body of ``fields``, ``input`` required."""
+    schema = {"type": "object", "properties": fields, "required": ["input"]}
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 def _speech_route(settings: ServerSettings) -> dict[str, Any]:
     audio = {FORMATS[name].content_type: {} for name in RESPONSE_FORMATS}
     return {
         "post": {
             "summary": "Speak the input: streamed as it is generated, or buffered",
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": _speech_fields(settings),
-                            "required": ["input"],
-                        }
-                    }
-                },
-            },
+            "requestBody": _input_body(_speech_fields(settings)),
             "responses": {
                 "200": {
                     "description": "audio, or Server-Sent Events with stream_format sse",
@@ -149,8 +157,59 @@ def _speech_route(settings: ServerSettings) -> dict[str, Any]:
     }
 
 
+def _captioned_route(settings: ServerSettings) -> dict[str, Any]:
+    fields = {
+        k: v
+        for k, v in _speech_fields(settings).items()
+        if k not in ("stream", "stream_format", "captions")
+    }
+    fields["stream"] = {
+        "type": "boolean",
+        "default": True,
+        "description": "true: a JSON object a line, one per segment; false: one",
+    }
+    fields["return_timestamps"] = {"type": "boolean", "default": True}
+    stamp = {
+        "type": "object",
+        "description": "a segment (sentence or clause), not a word",
+        "properties": {
+            "word": {"type": "string", "description": "the segment's text"},
+            "start_time": {"type": "number"},
+            "end_time": {"type": "number"},
+            "start_sample": {"type": "integer"},
+            "end_sample": {"type": "integer"},
+        },
+    }
+    answer = {
+        "type": "object",
+        "properties": {
+            "audio": {
+                "type": "string",
+                "description": "base64: the lines', joined, are one file",
+            },
+            "audio_format": _STRING,
+            "timestamps": {"type": "array", "items": stamp},
+        },
+    }
+    return {
+        "post": {
+            "summary": "Kokoro-FastAPI's captioned speech: the audio with a caption "
+            "per segment, spoken segment by segment",
+            "requestBody": _input_body(fields),
+            "responses": {
+                "200": {"content": {"application/json": {"schema": answer}}},
+                **_errors(400, 401, 403, 404, 408, 413, 415, 429, 500, 503),
+            },
+        }
+    }
+
+
 def _batch_route(settings: ServerSettings) -> dict[str, Any]:
-    fields = _speech_fields(settings)
+    fields = {
+        k: v
+        for k, v in _speech_fields(settings).items()
+        if k not in ("captions", "split_granularity")
+    }
     item = {"type": "object", "properties": fields, "required": ["input"]}
     defaults = {
         k: v for k, v in fields.items() if k not in ("input", "stream", "stream_format")
@@ -342,6 +401,7 @@ def openapi_document(settings: ServerSettings) -> dict[str, Any]:
         "paths": {
             "/v1/audio/speech": _speech_route(settings),
             "/v1/audio/speech/batch": _batch_route(settings),
+            "/dev/captioned_speech": _captioned_route(settings),
             **_voices_routes(),
             **_other_routes(),
         },

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import InvalidRequest, shown
 from ..families.options import SamplingOptions
 from ..formats import FORMATS, RESPONSE_FORMATS
+from ..text_segments import SPLITS
 from ..time_stretch import check_speed
 from ..voice_store import SavedVoice
 from ..voices import UnknownVoiceName, resolve_voice
@@ -49,6 +50,8 @@ class SpeechRequest:
     options: dict[str, Any] = field(
         default_factory=dict
     )  # ref_text, instructions, sampling…
+    captions: str | None = None  # the split each caption covers; None: no captions
+    timestamps: bool = True  # captioned JSON lists them (Kokoro's return_timestamps)
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -251,4 +254,56 @@ def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
         "channels": body.get("channels"),  # the family checks it
         **{name: body.get(name) for name in SAMPLING_FIELDS},
     }
-    return SpeechRequest(text, voice, response_format, sample_rate, delivery, options)
+    captions = _captions(body, delivery)
+    return SpeechRequest(
+        text, voice, response_format, sample_rate, delivery, options, captions
+    )
+
+
+def parse_captioned_request(body: Any, rules: RequestRules) -> SpeechRequest:
+    """``POST /dev/captioned_speech`` (Kokoro-FastAPI's): the speech fields,
+    with ``stream`` (default true: a JSON line per segment; false: one JSON
+    object) and ``return_timestamps`` (default true)."""
+    if not isinstance(body, dict):
+        raise _bad("body", "the request body must be a JSON object")
+    stream, timestamps = (
+        True if body.get(name) is None else body[name] for name in _KOKORO_SWITCHES
+    )
+    for name, value in (("stream", stream), ("return_timestamps", timestamps)):
+        if not isinstance(value, bool):
+            raise _bad(name, f"{name} must be true or false")
+    speech = {key: value for key, value in body.items() if key not in _KOKORO_ONLY}
+    parsed = parse_speech_request(
+        {**speech, "stream_format": "sse", "captions": True}, rules
+    )
+    delivery = "captioned" if stream else "captioned-whole"
+    return dataclasses.replace(parsed, delivery=delivery, timestamps=timestamps)
+
+
+_KOKORO_SWITCHES = ("stream", "return_timestamps")  # default true; null is absent
+_KOKORO_ONLY = ("stream", "stream_format", "return_timestamps", "captions")
+
+
+def _captions(body: dict, delivery: str) -> str | None:
+    """``captions: true`` asks for a caption per segment (``split_granularity``:
+    sentence, the default, clause or none), sent as SSE events; without it
+    ``split_granularity`` is ignored."""
+    captions = body.get("captions")
+    captions = False if captions is None else captions  # null is absent
+    split = body.get("split_granularity")
+    if not isinstance(captions, bool):
+        raise _bad("captions", "captions must be true or false")
+    if not captions:
+        return None
+    if delivery != "sse":
+        raise _bad(
+            "captions",
+            "captions come as SSE events (stream_format 'sse'), or from "
+            "POST /dev/captioned_speech",
+        )
+    if split is None:
+        return "sentence"
+    if split not in SPLITS:
+        splits = ", ".join(SPLITS)
+        raise _bad("split_granularity", f"split_granularity must be one of {splits}")
+    return split

@@ -13,7 +13,7 @@ from mlx_speech.audio import Audio
 from mlx_speech.engine import Engine
 from mlx_speech.http.adapter import AudioResponse, Delivery
 from mlx_speech.http.metrics import Metrics
-from mlx_speech.http.shutdown import Shutdown
+from mlx_speech.http.shutdown import STOPPING, Shutdown
 from tests.tts.support.idle import wait_until_idle
 
 
@@ -184,4 +184,31 @@ def test_a_request_not_started_at_the_shutdown_deadline_gets_a_503():
     sent = _recorded(AudioResponse(engine.stream(_endless_job([])), delivery))
     assert sent[0]["status"] == 503
     assert json.loads(sent[1]["body"])["error"]["message"] == "the server is shutting down"
+    wait_until_idle(engine)
+
+
+def test_a_captioned_stream_that_fails_or_is_stopped_ends_with_an_error_line():
+    engine = Engine()
+
+    def start():
+        yield Audio(np.zeros(960, dtype=np.float32), 48000)
+        raise RuntimeError("codec exploded")
+
+    delivery = _delivery(30, [], mode="captioned")
+    sent = _recorded(AudioResponse(engine.stream(start), delivery))
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    lines = [json.loads(line) for line in body.decode().splitlines()]
+    assert lines[-1] == {"error": {"message": "codec exploded", "type": "server_error"}}
+
+    delivery = _delivery(idle_timeout=30, closed=[], mode="captioned")
+    response = AudioResponse(engine.stream(_endless_job([])), delivery)
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+        delivery.shutdown.begin(0.0)  # once it began, the server stops: no grace left
+
+    _run(response, send)
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert json.loads(body.decode().splitlines()[-1])["error"]["message"] == STOPPING
     wait_until_idle(engine)

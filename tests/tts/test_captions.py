@@ -3,15 +3,21 @@ sample, through the Python API and the command line."""
 
 from __future__ import annotations
 
+import base64
+import io
 import itertools
+import json
 import re
 
+import httpx
 import numpy as np
 import pytest
 import soundfile
 
 from mlx_speech.captions import Caption, srt, webvtt
+from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
+from tests.tts.support.server import RunningServer
 
 TEXT = "Hello there. How are you today? Fine, thanks."
 
@@ -76,3 +82,102 @@ def test_speak_refuses_a_captions_file_it_cannot_write_before_loading(tmp_path):
         "speak", "Hi.", "--captions", str(tmp_path / "a.txt"), "-o", str(tmp_path / "a.wav")
     )
     assert done.returncode == 1 and "name a .vtt or .srt file" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, nano_backend, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("captions-voices"),
+        backend=nano_backend,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+SHORT = {"max_new_tokens": 4, "seed": 3}
+
+
+def sse_events(response: httpx.Response) -> list[dict]:
+    return [
+        json.loads(line[len("data: ") :])
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
+
+
+def assert_contiguous_to(
+    captions: list[dict], samples: int, start="start_sample", end="end_sample"
+):
+    assert captions[0][start] == 0
+    assert all(a[end] == b[start] for a, b in itertools.pairwise(captions))
+    assert captions[-1][end] == samples
+
+
+def test_sse_sends_each_segments_caption_after_its_audio(server):
+    body = {
+        "input": TEXT,
+        "stream_format": "sse",
+        "captions": True,
+        "response_format": "pcm",
+        "sample_rate": 16000,
+        **SHORT,
+    }
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+    assert response.status_code == 200
+    events = sse_events(response)
+    captions = [e for e in events if e["type"] == "speech.audio.caption"]
+    assert [c["text"] for c in captions] == [
+        "Hello there.",
+        "How are you today?",
+        "Fine, thanks.",
+    ]
+    heard = 0
+    for event in events:  # a caption comes once all of its audio was sent
+        if event["type"] == "speech.audio.delta":
+            heard += len(base64.b64decode(event["audio"])) // 2
+        elif event["type"] == "speech.audio.caption":
+            assert heard == event["end_sample"]
+            assert event["end"] == event["end_sample"] / 16000
+    assert_contiguous_to(captions, heard)
+    assert events[-1]["type"] == "speech.audio.done"
+
+
+def test_captions_come_only_with_sse(server):
+    body = {"input": TEXT, "captions": True, **SHORT}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+    assert response.status_code == 400 and "stream_format 'sse'" in response.text
+
+
+@pytest.mark.parametrize("response_format", ["wav", "mp3"])
+def test_kokoro_captioned_speech_streams_json_lines_of_one_file(server, response_format):
+    body = {"input": TEXT, "response_format": response_format, **SHORT}
+    response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=60)
+    assert response.status_code == 200
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert {line["audio_format"] for line in lines} == {
+        f"audio/{'mpeg' if response_format == 'mp3' else 'wav'}"
+    }
+    stamps = [stamp for line in lines for stamp in line["timestamps"]]
+    assert [s["word"] for s in stamps] == [
+        "Hello there.",
+        "How are you today?",
+        "Fine, thanks.",
+    ]
+    audio = b"".join(base64.b64decode(line["audio"]) for line in lines)
+    samples, rate = soundfile.read(io.BytesIO(audio))
+    assert rate == 48000
+    if response_format == "wav":  # mp3 adds its codec's delay and padding
+        assert_contiguous_to(stamps, len(samples))
+    assert stamps[-1]["end_time"] == stamps[-1]["end_sample"] / 48000
+
+
+def test_kokoro_captioned_speech_whole(server):
+    body = {"input": TEXT, "response_format": "wav", "stream": False, **SHORT}
+    response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=60)
+    document = response.json()
+    samples, _ = soundfile.read(io.BytesIO(base64.b64decode(document["audio"])))
+    assert_contiguous_to(document["timestamps"], len(samples))
+    body["return_timestamps"] = False
+    response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=60)
+    assert response.json()["timestamps"] == []
