@@ -1,6 +1,7 @@
-// The page at /: speak with a voice, hear it while it is generated, clone
-// and save voices. Plain script, no build step; it talks to the same API
-// every other client uses (docs/speech.md).
+// The page at /: speak with a voice, hear it while it is generated with the
+// sentence being heard highlighted, clone and save voices. Plain script, no
+// build step; it talks to the same API every other client uses
+// (docs/speech.md).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -12,6 +13,7 @@ const session = {
   controller: null, // aborts the running request
   player: null,
   pcm: [], // Int16Array chunks of what was just spoken
+  captions: [], // {index, text, start_sample, end_sample} of each sentence, at rate
   rate: 24000,
   body: null, // the last request, to download it in another format
   clip: null, // {blob, name}: the clip to clone or save
@@ -235,7 +237,10 @@ const NUMBER_FIELDS = {
 };
 
 async function requestBody() {
-  const body = { input: $("text").value, response_format: "pcm", stream_format: "audio" };
+  // SSE with captions: the PCM, and where each sentence lies in it (read-along)
+  const body = {
+    input: $("text").value, response_format: "pcm", stream_format: "sse", captions: true,
+  };
   const language = $("language").value.trim();
   if (language && language !== "auto") body.language = language;
   for (const [id, field] of Object.entries(NUMBER_FIELDS)) {
@@ -253,12 +258,15 @@ async function requestBody() {
 }
 
 class Player {
-  // Plays 16-bit PCM chunks back to back as they arrive (Web Audio).
+  // Plays 16-bit PCM chunks back to back as they arrive (Web Audio), and
+  // knows which sample is being heard (a chunk that came late starts late).
   constructor(rate) {
     this.context = new AudioContext();
     this.rate = rate;
     this.next = 0;
     this.firstStart = null;
+    this.placed = []; // {at, offset, length}: each chunk's start time and first sample
+    this.samples = 0;
   }
 
   play(samples) {
@@ -271,15 +279,64 @@ class Player {
     source.start(start);
     if (this.firstStart === null) this.firstStart = start;
     this.next = start + buffer.duration;
+    this.placed.push({ at: start, offset: this.samples, length: samples.length });
+    this.samples += samples.length;
   }
 
   heardSeconds() {
     return this.firstStart === null ? 0 : Math.max(0, this.context.currentTime - this.firstStart);
   }
 
+  heardSample() {
+    // The sample playing now; -1 before the first, the end after the last.
+    const now = this.context.currentTime;
+    let heard = -1;
+    for (const chunk of this.placed) {
+      if (chunk.at > now) break;
+      heard = chunk.offset + Math.min(chunk.length, Math.floor((now - chunk.at) * this.rate));
+    }
+    return heard;
+  }
+
+  playing() {
+    return this.firstStart !== null && this.context.currentTime < this.next;
+  }
+
   stop() {
     this.context.close();
   }
+}
+
+// Read-along: the sentences as their captions arrive; the one being heard
+// is marked (class "now", aria-current) on every animation frame.
+
+function showCaption(caption) {
+  session.captions.push(caption);
+  const span = document.createElement("span");
+  span.textContent = caption.text;
+  span.dataset.index = String(caption.index);
+  const readAlong = $("read-along");
+  if (readAlong.childElementCount) readAlong.append(" ");
+  readAlong.append(span);
+  readAlong.hidden = false;
+}
+
+function followPlayback(player) {
+  const readAlong = $("read-along");
+  const mark = () => {
+    if (session.player !== player) return; // stopped, or another request began
+    const heard = player.heardSample();
+    const now = session.captions.findIndex((c) => c.start_sample <= heard && heard < c.end_sample);
+    for (const span of readAlong.children) {
+      const current = Number(span.dataset.index) === now;
+      span.classList.toggle("now", current);
+      if (current) span.setAttribute("aria-current", "true");
+      else span.removeAttribute("aria-current");
+    }
+    readAlong.dataset.heardSample = String(heard);
+    if (session.controller || player.playing()) requestAnimationFrame(mark);
+  };
+  requestAnimationFrame(mark);
 }
 
 async function speak() {
@@ -294,7 +351,10 @@ async function speak() {
   }
   session.controller = new AbortController();
   session.pcm = [];
+  session.captions = [];
   session.body = body;
+  $("read-along").replaceChildren();
+  $("read-along").hidden = true;
   if (session.player) session.player.stop();
   session.player = null;
   $("speak").disabled = true;
@@ -316,7 +376,8 @@ async function speak() {
     });
     session.rate = Number(response.headers.get("x-audio-sample-rate")) || 24000;
     session.player = new Player(session.rate);
-    await readAudio(response, started);
+    followPlayback(session.player);
+    await readEvents(response, started);
     const seconds = (performance.now() - started) / 1000;
     const audioSeconds = receivedSeconds();
     status.dataset.heardMs = String(Math.round(session.player.heardSeconds() * 1000));
@@ -337,32 +398,38 @@ async function speak() {
   }
 }
 
-async function readAudio(response, started) {
-  const reader = response.body.getReader();
-  let carry = null; // an odd byte left between two reads
-  let bytes = 0;
+async function readEvents(response, started) {
+  // Server-Sent Events: "data: {json}" blocks, each ended by a blank line.
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
   for (;;) {
     const { done, value } = await reader.read();
     if (done) return;
-    let data = value;
-    if (carry !== null) {
-      data = new Uint8Array(value.length + 1);
-      data[0] = carry;
-      data.set(value, 1);
-      carry = null;
+    text += value;
+    let end;
+    while ((end = text.indexOf("\n\n")) >= 0) {
+      const block = text.slice(0, end);
+      text = text.slice(end + 2);
+      if (block.startsWith("data: ")) handleEvent(JSON.parse(block.slice(6)), started);
     }
-    if (data.length % 2) {
-      carry = data[data.length - 1];
-      data = data.subarray(0, data.length - 1);
-    }
-    if (!data.length) continue;
-    const samples = new Int16Array(data.slice().buffer);
+  }
+}
+
+function handleEvent(event, started) {
+  if (event.type === "speech.audio.delta") {
+    const bytes = Uint8Array.from(atob(event.audio), (c) => c.charCodeAt(0));
+    if (!bytes.length) return;
+    const samples = new Int16Array(bytes.buffer, 0, bytes.length >> 1);
     if (!session.pcm.length) $("ttfa").textContent = String(Math.round(performance.now() - started));
     session.pcm.push(samples);
     session.player.play(samples);
-    bytes += data.length;
-    $("status").dataset.bytes = String(bytes);
+    const status = $("status");
+    status.dataset.bytes = String(Number(status.dataset.bytes) + samples.length * 2);
     $("progress").textContent = `${receivedSeconds().toFixed(1)} s of audio`;
+  } else if (event.type === "speech.audio.caption") {
+    showCaption(event);
+  } else if (event.type === "speech.audio.error") {
+    throw new Error(event.error.message);
   }
 }
 
@@ -377,7 +444,8 @@ function stop() {
 }
 
 // Downloading what was just spoken: WAV from the audio heard, any other
-// format by asking again with the same seed (the same audio).
+// format by asking again with the same seed, sentence by sentence as it was
+// spoken (the same audio): Kokoro-FastAPI's captioned speech, whole.
 
 async function download() {
   clearError();
@@ -388,13 +456,16 @@ async function download() {
   } else {
     const body = { ...session.body, response_format: format, stream: false };
     delete body.stream_format;
+    delete body.captions;
     delete body.sample_rate;
     try {
-      blob = await (await call("/v1/audio/speech", {
+      const answer = await (await call("/dev/captioned_speech", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
         body: JSON.stringify(body),
-      })).blob();
+      })).json();
+      const bytes = Uint8Array.from(atob(answer.audio), (c) => c.charCodeAt(0));
+      blob = new Blob([bytes], { type: answer.audio_format });
     } catch (error) {
       return showError(error);
     }

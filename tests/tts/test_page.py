@@ -262,3 +262,41 @@ def test_download_is_the_audio_just_heard(page, tmp_path, response_format):
     samples, found_rate = decode(path.read_bytes(), response_format, rate)
     assert found_rate == rate
     assert abs(len(samples) / rate - 30 * 0.02) < 0.06  # 30 frames, plus mp3 padding
+
+
+READ_ALONG_NOW = """() => {
+    const readAlong = document.querySelector('#read-along');
+    const now = readAlong.querySelector('span.now');
+    const heard = Number(readAlong.dataset.heardSample);
+    const caption = now && session.captions[Number(now.dataset.index)];
+    const player = session.player;
+    return {
+      text: now && now.textContent,
+      inStep: !now || (caption.start_sample <= heard && heard < caption.end_sample),
+      clock: player ? player.heardSeconds() - heard / player.rate : 0,
+      current: now && now.getAttribute('aria-current'),
+      done: document.querySelector('#status').dataset.state === 'done' && !player.playing(),
+    };
+}"""
+
+
+def test_the_sentence_being_heard_is_highlighted_in_step_with_playback(page):
+    sentences = ["The first sentence is here.", "Then a second one.", "And the last."]
+    speak(page, " ".join(sentences), 40)  # 0.8 s of audio each
+    seen = []  # the highlighted sentence, whenever it changes
+    for _ in range(750):  # 30 s at most
+        state = page.evaluate(READ_ALONG_NOW)
+        assert state["inStep"]
+        if state["text"]:
+            # the highlight follows the audio clock (the tiny model outruns
+            # playback, so no chunk starts late here)
+            assert abs(state["clock"]) < 0.1, state
+            if not seen or seen[-1] != state["text"]:
+                seen.append(state["text"])
+                assert state["current"] == "true"
+        if state["done"]:
+            break
+        page.wait_for_timeout(40)
+    assert seen == sentences
+    assert page.locator("#read-along span").all_text_contents() == sentences
+    assert page.locator("#read-along span.now").count() == 0  # playback ended
