@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
+from websockets.sync.client import connect
 
 from mlx_speech.captions import Caption, srt, webvtt
 from mlx_speech.server import ServerSettings
@@ -181,3 +182,83 @@ def test_kokoro_captioned_speech_whole(server):
     body["return_timestamps"] = False
     response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=60)
     assert response.json()["timestamps"] == []
+
+
+def test_captions_agree_on_every_surface_and_end_where_the_audio_ends(server, tmp_path):
+    """The same text, voice and seed at the model's rate: the Python API,
+    SSE, Kokoro's captioned JSON, the WebSocket and the CLI's WebVTT give
+    the same segment boundaries, and each ends where its audio ends."""
+    tts = server.app.state.slot.ready()
+    stream = tts.stream_text([TEXT], **SHORT)
+    python_audio = sum(len(chunk.samples) for chunk in stream)
+    python = [(c.text, c.start, c.end) for c in stream.captions]
+    assert python[-1][2] == python_audio
+
+    at_48k = {"input": TEXT, "response_format": "pcm", "sample_rate": 48000, **SHORT}
+    sse = httpx.post(
+        f"{server.url}/v1/audio/speech",
+        json={**at_48k, "stream_format": "sse", "captions": True},
+        timeout=60,
+    )
+    events = sse_events(sse)
+    sse_captions = [
+        (e["text"], e["start_sample"], e["end_sample"])
+        for e in events
+        if e["type"] == "speech.audio.caption"
+    ]
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert sum(len(base64.b64decode(e["audio"])) for e in deltas) // 2 == python_audio
+
+    kokoro = httpx.post(
+        f"{server.url}/dev/captioned_speech",
+        json={**at_48k, "response_format": "wav", "stream": False},
+        timeout=60,
+    ).json()
+    kokoro_captions = [
+        (s["word"], s["start_sample"], s["end_sample"]) for s in kokoro["timestamps"]
+    ]
+    samples, _ = soundfile.read(io.BytesIO(base64.b64decode(kokoro["audio"])))
+    assert len(samples) == python_audio
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        config = {**at_48k, "stream_audio": True, "split_granularity": "sentence"}
+        del config["input"]
+        ws.send(json.dumps({"type": "session.config", **config}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        socket_captions, starts = [], {}
+        while (message := ws.recv(timeout=60)) and (
+            isinstance(message, bytes) or json.loads(message)["type"] != "session.done"
+        ):
+            if isinstance(message, bytes):
+                continue
+            message = json.loads(message)
+            if message["type"] == "audio.start":
+                starts[message["sentence_index"]] = message["sentence_text"]
+            elif message["type"] == "audio.done":
+                text = starts[message["sentence_index"]]
+                socket_captions.append(
+                    (text, message["start_sample"], message["end_sample"])
+                )
+
+    assert sse_captions == kokoro_captions == socket_captions == python
+
+    vtt = tmp_path / "a.vtt"
+    speak_flags = ("--max-new-tokens", "4", "--seed", "3", "--captions", str(vtt))
+    speak_flags += ("-o", str(tmp_path / "a.wav"))
+    done = run("speak", TEXT, "--model", str(server.app.state.settings.model), *speak_flags)
+    assert done.returncode == 0, done.stderr
+    cues = re.findall(
+        r"(\d\d):(\d\d):(\d\d)\.(\d{3}) --> (\d\d):(\d\d):(\d\d)\.(\d{3})", vtt.read_text()
+    )
+    in_ms = [
+        tuple(
+            np.array(cue[i : i + 4], dtype=int) @ [3600_000, 60_000, 1000, 1]
+            for i in (0, 4)
+        )
+        for cue in cues
+    ]
+    assert in_ms == [
+        (start * 1000 // 48000, end * 1000 // 48000) for _, start, end in python
+    ]
