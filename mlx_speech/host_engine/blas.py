@@ -91,7 +91,10 @@ def better_kernels(chosen: str | None, cpu_flags: frozenset[str]) -> str | None:
 
 def openblas_kernels(library: str) -> str | None:
     """The kernels the OpenBLAS at ``library`` picks for this CPU (``None``
-    where it cannot be asked)."""
+    where it cannot be asked). It loads the library into this process, so
+    ask where it is loaded already, or in a process about to re-execute: in
+    any other, the host engine's checks would then take its products for
+    MLX's."""
     try:
         openblas = ctypes.CDLL(library)
         openblas.openblas_get_corename.restype = ctypes.c_char_p

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES, kernels_to_ask_for
+from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES
 from tests.tts.support.host_engine import needs_host_library
 
 pytestmark = needs_host_library
@@ -135,9 +135,22 @@ def _with_openblas(script: str) -> str:
     """``script``'s output, run with OpenBLAS preloaded as ``mlx-speech``
     preloads it (its kernels included); fails the test if it fails."""
     environment = {**os.environ, "LD_PRELOAD": OPENBLAS, "OPENBLAS_THREAD_TIMEOUT": "20"}
-    kernels = kernels_to_ask_for(OPENBLAS)
-    if kernels is not None and "OPENBLAS_CORETYPE" not in os.environ:
-        environment["OPENBLAS_CORETYPE"] = kernels
+    if "OPENBLAS_CORETYPE" not in os.environ:
+        # asked where OpenBLAS is loaded already: loading it into this
+        # process would change which BLAS the other tests' checks expect
+        kernels = _run_with(environment, _KERNELS_TO_ASK).strip()
+        if kernels:
+            environment["OPENBLAS_CORETYPE"] = kernels
+    return _run_with(environment, script)
+
+
+_KERNELS_TO_ASK = f"""
+from mlx_speech.host_engine.blas import kernels_to_ask_for
+print(kernels_to_ask_for({OPENBLAS!r}) or "")
+"""
+
+
+def _run_with(environment: dict, script: str) -> str:
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
