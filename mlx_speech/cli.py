@@ -27,6 +27,7 @@ from .errors import ModelNotFetched, shown
 from .families import QUANTIZE_BITS
 from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
 from .host_engine.blas import active_blas, use_fast_blas
+from .lexicon import load_lexicon
 from .regular_files import open_regular
 from .settings import ServerSettings
 from .text_segments import SPLITS
@@ -144,6 +145,7 @@ def _speak_parser(commands) -> None:
         "(default: 1)",
     )
     _no_normalize_argument(speak, "give the model the text as written")
+    _lexicon_argument(speak)
     speak.add_argument(
         "-o",
         "--output",
@@ -180,6 +182,16 @@ def _speak_parser(commands) -> None:
     speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
 
 
+def _lexicon_argument(parser) -> None:
+    parser.add_argument(
+        "--lexicon",
+        default=None,
+        metavar="FILE",
+        help="say words otherwise before normalization: a W3C PLS file, or lines "
+        "'WRITTEN = SAID' (e.g. 'SQL = sequel')",
+    )
+
+
 def _no_normalize_argument(parser, gives: str) -> None:
     parser.add_argument(
         "--no-normalize",
@@ -205,14 +217,18 @@ def _normalize_parser(commands) -> None:
         help="en, zh (or any name or code; others get the cleanup only) or auto, "
         "chosen by script (default: auto)",
     )
+    _lexicon_argument(normalize)
 
 
 def _normalize(args: argparse.Namespace) -> None:
     from .families.fields import check_text
     from .normalization import TextNormalizer
 
+    lexicon = load_lexicon(args.lexicon) if args.lexicon else None
     text = _read_text(sys.stdin.buffer) if args.text == "-" else args.text
     check_text(text)
+    if lexicon is not None:
+        text = lexicon.apply(text)
     print(TextNormalizer().normalize(text, args.language))
 
 
@@ -309,6 +325,7 @@ def _serve_parser(commands) -> None:
         "give the model each request's text as written, unless the request "
         "sends normalize: true",
     )
+    _lexicon_argument(serve)
     serve.add_argument(
         "--voice-alias",
         action="append",
@@ -406,6 +423,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         normalize=args.normalize,
         quantize=args.quantize,
         backend=args.backend,
+        lexicon=load_lexicon(args.lexicon) if args.lexicon else None,
         wyoming_port=args.wyoming_port,
         wyoming_host=args.wyoming_host,
         http=args.http,
@@ -713,6 +731,7 @@ def _speak(args: argparse.Namespace) -> None:
         voices_dir=args.voices_dir,
         quantize=args.quantize,
         backend=args.backend,
+        lexicon=args.lexicon,
     )
     started = time.perf_counter()
     stream = _speech_stream(tts, args)

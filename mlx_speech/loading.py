@@ -11,6 +11,7 @@ from .engine import shared_engine
 from .errors import ModelLoadError
 from .families import QUANTIZE_BITS, LoadOptions
 from .host_engine.blas import reference_blas_warning
+from .lexicon import Lexicon, load_lexicon
 from .normalization import TextNormalizer
 from .registry import FAMILIES, model_family, resolve_model_dir
 from .tts import TTS
@@ -26,6 +27,7 @@ def load(
     normalize: bool = True,
     quantize: int | None = None,
     backend: str | None = None,
+    lexicon: str | Path | Lexicon | None = None,
 ) -> TTS:
     """Load a checkpoint (local directory or hub id); its family comes from config.json.
 
@@ -38,8 +40,12 @@ def load(
     ``backend`` is ``"auto"``, ``"mlx"`` or ``"host"`` (default:
     ``MLX_SPEECH_BACKEND``, else ``"auto"``; see ``mlx_speech.backends``);
     ``tts.backend`` says which runs.
+    ``lexicon`` (a file, PLS or ``WRITTEN = SAID`` lines, or a ``Lexicon``)
+    says words otherwise before normalization (``mlx_speech.lexicon``).
     """
     chosen = requested_backend(backend)
+    if lexicon is not None and not isinstance(lexicon, Lexicon):
+        lexicon = load_lexicon(lexicon)  # a bad file fails before the model loads
     if quantize is not None and (
         quantize not in QUANTIZE_BITS or not isinstance(quantize, int)
     ):
@@ -76,4 +82,6 @@ def load(
     if device == "cpu" and (slow := reference_blas_warning()) is not None:
         log.warning(slow)
     grammars.join()  # so the first request does not wait for them
-    return TTS(service, engine, store, aliases, normalize, normalizer, device)
+    tts = TTS(service, engine, store, aliases, normalize, normalizer, device)
+    tts.lexicon = lexicon
+    return tts

@@ -55,6 +55,7 @@ from .http.speech_request import (
 )
 from .http.speech_socket import OpenSockets, SpeechSocket, refuse
 from .http.voice_listing import created_voice, removed_voice, voices_listing
+from .lexicon import Lexicon
 from .settings import ServerSettings
 from .text_stream import TextStream
 from .tts import TTS
@@ -91,6 +92,7 @@ class ModelSlot:
         quantize: int | None = None,
         backend: str | None = None,
         max_text_chars: int | None = None,
+        lexicon: Lexicon | None = None,
     ):
         self.name = model  # as given: a hub id or the server's path (for the log)
         self.id = model_id(model)  # what clients see
@@ -98,6 +100,7 @@ class ModelSlot:
         self._max_text_chars = max_text_chars
         self._quantize = quantize
         self._backend = backend
+        self._lexicon = lexicon
         self.tts: TTS | None = None
         self.error: Exception | None = None
         # Called (on the loading thread) when loading failed: a server with no
@@ -125,6 +128,7 @@ class ModelSlot:
             )
             tts.normalize = self._normalize
             tts.max_text_chars = self._max_text_chars
+            tts.lexicon = self._lexicon
             self.tts = tts
         except Exception as error:  # noqa: BLE001 - reported by /health and requests
             if isinstance(error, ModelNotFetched):  # in the server's words
@@ -477,6 +481,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
         quantize=settings.quantize,
         backend=settings.backend,
         max_text_chars=settings.max_input_chars,
+        lexicon=settings.lexicon,
     )
     return app
 

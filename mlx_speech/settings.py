@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine.limits import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
+from .lexicon import Lexicon
 
 _ONE_MIB = 1024 * 1024
 
@@ -42,6 +43,7 @@ class ServerSettings:
     wyoming_port: int | None = None  # None: no Wyoming server
     wyoming_host: str | None = None  # None: host's
     http: bool = True  # False: the Wyoming server alone
+    lexicon: Lexicon | None = None  # words said otherwise, before normalization
 
     @property
     def max_body_bytes(self) -> int:

@@ -14,12 +14,17 @@ from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
 from .families.fields import check_text
 from .families.languages import language_codes
+from .lexicon import Lexicon
 from .normalization import TextNormalizer
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
 from .time_stretch import StretchedStream, check_speed
 from .voice_store import VoiceStore
 from .voices import resolve_voice
+
+# ``normalize=AS_READ``: the text is already as the model reads it (the
+# lexicon applied and normalized, as ``stream_text`` does per segment).
+AS_READ = object()
 
 
 class TTS:
@@ -43,6 +48,8 @@ class TTS:
         # The longest text the model is given, counted as it reads it (after
         # normalization, which can make text several times longer); None: any.
         self.max_text_chars: int | None = None
+        # Words said otherwise, applied before normalization (``lexicon``).
+        self.lexicon: Lexicon | None = None
 
     @property
     def family(self) -> str:
@@ -128,14 +135,17 @@ class TTS:
     ) -> tuple[str, str | None]:
         """``text`` and ``ref_text`` as the model reads them; ``text`` within
         ``max_text_chars``."""
+        written = len(text) if isinstance(text, str) else 0
+        if isinstance(text, str) and self.lexicon is not None and normalize is not AS_READ:
+            text = self.lexicon.apply(text)
         if not self._normalizes(normalize):
             if isinstance(text, str):
-                self._check_length(text, len(text))
+                self._check_length(text, written)
             return text, ref_text
         check_text(text)
         check_ref_text(ref_text)
         read = self.normalizer.normalize(text, language, most=self.max_text_chars)
-        self._check_length(read, len(text))
+        self._check_length(read, written)
         if ref_text is not None and ref_text.strip():
             ref_text = self.normalizer.normalize(ref_text, language)
         return read, ref_text
@@ -166,13 +176,18 @@ class TTS:
         return self.prepare(text, voice, normalize=False, **options).ignored
 
     def normalized(self, text: str, language: str | None = None) -> str:
-        """``text`` as the model is given it when normalization is on."""
+        """``text`` as the model is given it when normalization is on (the
+        lexicon's words said otherwise, then read out)."""
         check_text(text)
+        if self.lexicon is not None:
+            text = self.lexicon.apply(text)
         return self.normalizer.normalize(text, language)
 
     def _normalizes(self, normalize: Any) -> bool:
         if normalize is None:
             return self.normalize
+        if normalize is AS_READ:
+            return False
         if not isinstance(normalize, bool):
             raise InvalidRequest("normalize", "normalize must be true or false")
         return normalize
@@ -264,7 +279,7 @@ class TTS:
                     f"this text passed {limit} characters as it is read out; "
                     "the rest is not spoken",
                 )
-            as_read = {**options, "ref_text": ref_text, "normalize": False}
+            as_read = {**options, "ref_text": ref_text, "normalize": AS_READ}
             return self.stream(read, resolved, **as_read)
 
         return segmenter, speak, ignored
