@@ -705,16 +705,16 @@ def _speech_stream(tts, args: argparse.Namespace):
 def _chunks_saying_segments(stream, say: bool):
     """A text stream's chunks, telling standard error what each segment says
     (``say``)."""
-    from .text_stream import SegmentEnded, SegmentStarted, TextStream
+    from .audio import Audio
+    from .text_stream import SegmentStarted, TextStream
 
     if not isinstance(stream, TextStream):
         yield from stream
         return
     for event in stream.events():
-        if isinstance(event, SegmentStarted):
-            if say:
-                print(f"speaking: {event.text}", file=sys.stderr, flush=True)
-        elif not isinstance(event, SegmentEnded):
+        if isinstance(event, SegmentStarted) and say:
+            print(f"speaking: {event.text}", file=sys.stderr, flush=True)
+        elif isinstance(event, Audio):
             yield event
 
 

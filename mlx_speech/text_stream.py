@@ -25,6 +25,7 @@ from typing import Any
 
 from .audio import Audio
 from .captions import Caption, Timeline
+from .pauses import Seam, without_pauses
 from .segment_marks import SegmentEnded, SegmentStarted
 from .text_segments import TextSegmenter
 
@@ -171,6 +172,11 @@ class AsyncTextStream:
             self._pump.cancel()
 
 
+def _events_of(stream: Any) -> Iterator[Audio | Seam]:
+    """A segment's chunks, with the seams between its parts where it has pauses."""
+    return stream.events() if hasattr(stream, "events") else iter(stream)
+
+
 class _Pipeline:
     """The threads' shared state; it holds no reference to its ``TextStream``,
     so dropping that stream closes the pipeline."""
@@ -241,16 +247,19 @@ class _Pipeline:
             except Exception as error:  # noqa: BLE001 - e.g. a segment's text is refused
                 self.output.put(_Failure(error))
                 return False
-        self.output.put(SegmentStarted(index, text))
+        shown = without_pauses(text)
+        self.output.put(SegmentStarted(index, shown))
         try:
-            for chunk in self._speaking:
-                self.output.put(dataclasses.replace(chunk, segment=index))
+            for event in _events_of(self._speaking):
+                if isinstance(event, Audio):
+                    event = dataclasses.replace(event, segment=index)
+                self.output.put(event)  # the audio, and the seams of its pauses
         except Exception as error:  # noqa: BLE001 - synthesis failed: tell the reader
             self.output.put(_Failure(error))
             return False
         if self._closed:
             return False
-        self.output.put(SegmentEnded(index, text))
+        self.output.put(SegmentEnded(index, shown))
         return True
 
     @property

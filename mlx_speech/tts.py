@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from .families.fields import check_text
 from .families.languages import language_codes
 from .lexicon import Lexicon
 from .normalization import TextNormalizer
+from .pauses import Pause, PausedStream, has_pauses, split_pauses
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
 from .time_stretch import StretchedStream, check_speed
@@ -204,12 +206,68 @@ class TTS:
         read. ``cancel()`` or dropping the iterator stops it.
         """
         speed = check_speed(speed)
-        request = self.prepare(text, voice, **options)
+        parts = split_pauses(text) if isinstance(text, str) else []
+        if has_pauses(parts):
+            resolved = self._service.reusable_voice(self.resolve_voice(voice))
+            return self._paused(
+                self._read_parts(parts, options)[0], resolved, speed, options
+            )
+        return self._opened(self.prepare(text, voice, **options), speed)
+
+    def _opened(self, request: Any, speed: float) -> ChunkStream | StretchedStream:
         stream = self._engine.stream(lambda: self._service.synthesize(request))
         stream.ignored = request.ignored
         if speed == 1.0:
             return stream
         return StretchedStream(stream, speed, self.sample_rate)
+
+    def _read_parts(
+        self, parts: list[str | Pause], options: dict[str, Any]
+    ) -> tuple[list[tuple[str, str | None] | Pause], int]:
+        """Each part as the model reads it (with its ``ref_text``), and how
+        many characters they are together, within ``max_text_chars``."""
+        read_parts: list[tuple[str, str | None] | Pause] = []
+        total = 0
+        for part in parts:
+            if isinstance(part, Pause):
+                read_parts.append(part)
+                continue
+            read = self._as_read(
+                part,
+                options.get("ref_text"),
+                options.get("language"),
+                options.get("normalize"),
+            )
+            total += len(read[0])
+            read_parts.append(read)
+        if self.max_text_chars is not None and total > self.max_text_chars:
+            raise InvalidRequest(
+                "text",
+                f"the text is more than {self.max_text_chars} characters as it is read "
+                "out; send it in parts",
+            )
+        return read_parts, total
+
+    def _paused(
+        self, read_parts: list, voice: Any, speed: float, options: dict[str, Any]
+    ) -> PausedStream | ChunkStream | StretchedStream:
+        """The parts' audio with the pauses' silence between (all of them
+        checked now; each part's generation starts once the one before ends)."""
+        items: list = []
+        ignored: tuple[str, ...] = ()
+        for part in read_parts:
+            if isinstance(part, Pause):
+                items.append(part)
+                continue
+            read, ref_text = part
+            as_read = {**options, "ref_text": ref_text, "normalize": AS_READ}
+            request = self.prepare(read, voice, **as_read)
+            ignored = request.ignored
+            items.append(partial(self._opened, request, speed))
+        if len(items) == 1 and not isinstance(items[0], Pause):
+            return items[0]()
+        channels = options.get("channels") or 1
+        return PausedStream(items, self.sample_rate, channels, ignored)
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
@@ -263,22 +321,22 @@ class TTS:
 
         limit, read_out = self.max_text_chars, 0
 
-        def speak(text: str) -> ChunkStream | StretchedStream:
+        def speak(text: str) -> PausedStream | ChunkStream | StretchedStream:
             # the limit holds for the whole stream, as for one request
             nonlocal read_out
-            read, ref_text = self._as_read(
-                text,
-                options.get("ref_text"),
-                options.get("language"),
-                options.get("normalize"),
-            )
-            read_out += len(read)
+            read_parts, read = self._read_parts(split_pauses(text), options)
+            read_out += read
             if limit is not None and read_out > limit:
                 raise InvalidRequest(
                     "text",
                     f"this text passed {limit} characters as it is read out; "
                     "the rest is not spoken",
                 )
+            if has_pauses(read_parts):
+                speed = check_speed(options.get("speed"))
+                unpaced = {key: value for key, value in options.items() if key != "speed"}
+                return self._paused(read_parts, resolved, speed, unpaced)
+            (read, ref_text), *_ = read_parts
             as_read = {**options, "ref_text": ref_text, "normalize": AS_READ}
             return self.stream(read, resolved, **as_read)
 

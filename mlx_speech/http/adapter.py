@@ -25,6 +25,7 @@ from ..audio import Audio
 from ..captions import Caption, Timeline
 from ..engine import ChunkStream
 from ..formats import FORMATS, encode_whole
+from ..pauses import PausedStream, Seam
 from ..segment_marks import SegmentEnded, SegmentStarted
 from ..text_stream import TextStream
 from .captioned import CaptionedLines, caption_event, error_line
@@ -61,10 +62,11 @@ class Delivery:
 
 
 class AudioResponse:
-    def __init__(self, chunks: ChunkStream | TextStream, delivery: Delivery):
+    def __init__(self, chunks: ChunkStream | TextStream | PausedStream, delivery: Delivery):
         self._chunks = chunks
-        # a text stream's events: its chunks, and where each segment ends
-        self._items = chunks.events() if isinstance(chunks, TextStream) else chunks
+        # a text stream's events (its chunks, and where each segment ends)
+        # or a paused text's (its chunks, and the seams between its parts)
+        self._items = chunks.events() if hasattr(chunks, "events") else chunks
         self._delivery = delivery
         self._audio_seconds = 0.0
         self._first_audio_at: float | None = None
@@ -148,10 +150,11 @@ class AudioResponse:
         timeline = Timeline(delivery.output_rate)
         item = first
         while item is not None:
-            if isinstance(item, SegmentEnded):
+            if isinstance(item, SegmentEnded | Seam):
                 yield self._counted(timeline, resampler.flush())
                 resampler = StreamingResampler(delivery.native_rate, delivery.output_rate)
-                yield timeline.end_segment(item)
+                if isinstance(item, SegmentEnded):
+                    yield timeline.end_segment(item)
             else:
                 self._audio_seconds += len(item.samples) / delivery.native_rate
                 yield self._counted(timeline, resampler.process(item.samples))

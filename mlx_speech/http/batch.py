@@ -14,7 +14,7 @@ import numpy as np
 from ..engine import ChunkStream
 from ..formats import FORMATS, encode_whole
 from .errors import ApiError
-from .resample import StreamingResampler
+from .resample import resampled_parts
 from .speech_request import RequestRules, SpeechRequest, parse_speech_request
 
 MAX_ITEMS = 32
@@ -65,10 +65,7 @@ def parse_items(body: Any, rules: RequestRules) -> list[Item]:
 def render(stream: ChunkStream, request: SpeechRequest, native_rate: int) -> dict[str, Any]:
     """Blocking: the item's whole audio, encoded (runs on a thread)."""
     output_rate = request.sample_rate or native_rate
-    resampler = StreamingResampler(native_rate, output_rate)
-    parts = [resampler.process(chunk.samples) for chunk in stream]
-    parts.append(resampler.flush())
-    samples = np.concatenate(parts)
+    samples = np.concatenate(list(resampled_parts(stream, native_rate, output_rate)))
     data = encode_whole(samples, output_rate, request.response_format)
     result = {
         "status": "success",

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import signal
+
+from ..pauses import Seam
 
 ZERO_CROSSINGS = 16
 KAISER_BETA = 8.6
@@ -98,3 +102,17 @@ class StreamingResampler:
         drop = max(0, min(oldest_needed - self._history_start, len(self._history)))
         self._history = self._history[drop:]
         self._history_start += drop
+
+
+def resampled_parts(stream: Any, rate_in: int, rate_out: int) -> Iterator[np.ndarray]:
+    """A stream's audio at ``rate_out``, resampled afresh after each
+    ``Seam`` of a text with pauses (so each pause stays exact silence)."""
+    events = stream.events() if hasattr(stream, "events") else stream
+    resampler = StreamingResampler(rate_in, rate_out)
+    for event in events:
+        if isinstance(event, Seam):
+            yield resampler.flush()
+            resampler = StreamingResampler(rate_in, rate_out)
+        else:
+            yield resampler.process(event.samples)
+    yield resampler.flush()

@@ -29,6 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..audio import Audio
 from ..errors import shown
 from ..formats import encode_whole
+from ..pauses import Seam
 from ..pcm import to_pcm16
 from ..text_segments import SPLITS
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
@@ -90,25 +91,33 @@ class SentenceAudio:
         self.rate = request.sample_rate or native_rate
         self._format = request.response_format
         self._progressive = config.stream_audio
+        self._native_rate = native_rate
         self._resampler = StreamingResampler(native_rate, self.rate)
         self._held: list[np.ndarray] = []
         self.samples = 0
 
     def add(self, samples: np.ndarray) -> bytes:
-        resampled = self._resampler.process(samples)
+        return self.add_resampled(self._resampler.process(samples))
+
+    def add_resampled(self, resampled: np.ndarray) -> bytes:
         self.samples += len(resampled)
         if self._progressive:
             return to_pcm16(resampled).tobytes()
         self._held.append(resampled)
         return b""
 
-    def finish(self) -> bytes:
+    def seam(self) -> bytes:
+        """A part of the segment ended (a pause begins or ends): the
+        resampler starts afresh, so the pause stays exact silence."""
         rest = self._resampler.flush()
-        self.samples += len(rest)
+        self._resampler = StreamingResampler(self._native_rate, self.rate)
+        return self.add_resampled(rest)
+
+    def finish(self) -> bytes:
+        data = self.add_resampled(self._resampler.flush())
         if self._progressive:
-            return to_pcm16(rest).tobytes()
-        samples = np.concatenate([*self._held, rest])
-        return encode_whole(samples, self.rate, self._format)
+            return data
+        return encode_whole(np.concatenate(self._held), self.rate, self._format)
 
 
 class StalledReader(Exception):
@@ -423,6 +432,8 @@ class SpeechSocket:
                 await self._send({**start, "start_sample": place.start})
             elif isinstance(event, Audio):
                 sent += await self._send_audio(audio.add(event.samples))
+            elif isinstance(event, Seam):
+                sent += await self._send_audio(audio.seam())
             elif isinstance(event, SegmentEnded):
                 sent += await self._send_audio(audio.finish())
                 done = _done_message(utterance, event.index, sent, False)

@@ -1,0 +1,128 @@
+"""Pause tags in plain text, in Kokoro-FastAPI's syntax: ``[pause:1.5s]``,
+``[pause:300ms]``. A text is cut at its tags; each part around them is
+spoken as a request of its own, and each tag is exact silence in its place,
+streamed like the audio around it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .audio import Audio
+from .errors import InvalidRequest
+
+PAUSE_TAG = re.compile(r"\[pause:\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\]", re.IGNORECASE)
+# A request's pauses together: silence is cheap to make but not to hold
+# (a buffered answer keeps all of it).
+MAX_PAUSE_SECONDS = 60.0
+_SILENCE_CHUNK_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class Seam:
+    """Where one part's audio (or a pause) ends and the next begins: a
+    resampler starts afresh there, so a pause stays exact silence at any
+    output rate."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+    def samples(self, rate: int) -> int:
+        return round(self.seconds * rate)
+
+
+def split_pauses(text: str) -> list[str | Pause]:
+    """``text`` cut at its pause tags: its parts and pauses in order, parts
+    of only whitespace left out."""
+    parts: list[str | Pause] = []
+    position, total = 0, 0.0
+    for match in PAUSE_TAG.finditer(text):
+        value, unit = float(match.group(1)), match.group(2).lower()
+        pause = Pause(value / 1000 if unit == "ms" else value)
+        total += pause.seconds
+        parts += [text[position : match.start()], pause]
+        position = match.end()
+    parts.append(text[position:])
+    if total > MAX_PAUSE_SECONDS:
+        raise InvalidRequest(
+            "text",
+            f"the pauses add up to {total:g} s; a request may have at most "
+            f"{MAX_PAUSE_SECONDS:g} s of them",
+        )
+    return [part for part in parts if isinstance(part, Pause) or part.strip()]
+
+
+def without_pauses(text: str) -> str:
+    """``text`` as it is shown (in captions): its pause tags taken out."""
+    return " ".join(PAUSE_TAG.sub(" ", text).split())
+
+
+def has_pauses(parts: list[str | Pause]) -> bool:
+    return any(isinstance(part, Pause) for part in parts)
+
+
+class PausedStream:
+    """The audio of a text with pauses: each part's stream, opened when the
+    one before it has ended, and each pause's silence, in order. Iterating
+    gives the ``Audio`` chunks; ``events()`` gives them with a ``Seam``
+    between two parts. ``cancel()`` stops the part being spoken and the rest."""
+
+    def __init__(
+        self,
+        items: list[Callable[[], Any] | Pause],
+        sample_rate: int,
+        channels: int,
+        ignored: tuple[str, ...],
+    ):
+        self.ignored = ignored
+        self._sample_rate = sample_rate
+        self._channels = channels
+        self._current: Any = None
+        self._cancelled = False
+        self._chunks = self._all(items)
+
+    def __iter__(self) -> PausedStream:
+        return self
+
+    def __next__(self) -> Audio:
+        for event in self._chunks:
+            if isinstance(event, Audio):
+                return event
+        raise StopIteration
+
+    def events(self) -> Iterator[Audio | Seam]:
+        return self._chunks
+
+    def _all(self, items: list) -> Iterator[Audio | Seam]:
+        for number, item in enumerate(items):
+            if self._cancelled:
+                return
+            if number:
+                yield Seam()
+            if isinstance(item, Pause):
+                yield from self._silence(item.samples(self._sample_rate))
+                continue
+            self._current = item()
+            yield from self._current
+            self._current = None
+
+    def _silence(self, samples: int) -> Iterator[Audio]:
+        most = round(_SILENCE_CHUNK_SECONDS * self._sample_rate)
+        shape = (lambda n: (n, self._channels)) if self._channels > 1 else (lambda n: (n,))
+        while samples > 0 and not self._cancelled:
+            count = min(most, samples)
+            yield Audio(np.zeros(shape(count), dtype=np.float32), self._sample_rate)
+            samples -= count
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._current is not None:
+            self._current.cancel()
+
+    close = cancel

@@ -1,0 +1,164 @@
+"""Pause tags ([pause:1.5s], [pause:300ms]): exact silence in place, on
+the Python API, text spoken as it is written, and HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+from websockets.sync.client import connect
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import Synthesize
+
+from mlx_speech.pauses import Pause, split_pauses
+from mlx_speech.server import ServerSettings
+from tests.tts.support.cli import run
+from tests.tts.support.server import RunningServer
+
+SHORT = {"max_new_tokens": 4, "seed": 3}
+RATE = 48000
+
+
+def test_tags_cut_the_text_into_parts_and_pauses():
+    assert split_pauses("Hi [pause:1.5s] there [PAUSE: 300 ms][pause:2s]  ") == [
+        "Hi ",
+        Pause(1.5),
+        " there ",
+        Pause(0.3),
+        Pause(2.0),
+    ]
+    assert split_pauses("[pause:1s] not [pause:1 minute]") == [
+        Pause(1.0),
+        " not [pause:1 minute]",
+    ]
+    with pytest.raises(ValueError, match="the pauses add up to 61 s"):
+        split_pauses("[pause:30s] a [pause:31s]")
+
+
+@pytest.mark.parametrize("speed", [1.0, 1.5])
+def test_a_pause_is_exact_silence_between_the_parts_spoken_alone(speaking_tts, speed):
+    said = speaking_tts.speak("Hello [pause:700ms] world.", speed=speed, **SHORT).samples
+    before = speaking_tts.speak("Hello", speed=speed, **SHORT).samples
+    after = speaking_tts.speak("world.", speed=speed, **SHORT).samples
+    expected = np.concatenate([before, np.zeros(round(0.7 * RATE), np.float32), after])
+    np.testing.assert_array_equal(said, expected)  # the pace does not stretch a pause
+
+
+def test_text_spoken_as_written_pauses_in_place_and_captions_without_tags(speaking_tts):
+    stream = speaking_tts.stream_text(["One. Two [pause:1s] three. [pause:0.5s]"], **SHORT)
+    samples = np.concatenate([chunk.samples for chunk in stream])
+    captions = stream.captions
+    assert [c.text for c in captions] == ["One.", "Two three.", ""]
+    assert captions[-1].end - captions[-1].start == RATE // 2  # a pause alone
+    two = speaking_tts.speak("Two", **SHORT).samples
+    silence = samples[captions[1].start + len(two) :][:RATE]
+    assert len(silence) == RATE and not silence.any()
+    assert captions[-1].end == len(samples)
+
+
+def zero_runs(pcm: bytes) -> list[int]:
+    """Lengths of the runs of zero samples in 16-bit PCM."""
+    zero = np.frombuffer(pcm, dtype="<i2") == 0
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], zero.astype(int), [0]])))
+    return list(edges[1::2] - edges[::2])
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, nano_backend, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("pause-voices"),
+        backend=nano_backend,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+@pytest.mark.parametrize("rate", [48000, 24000])
+def test_a_served_pause_is_silence_to_within_a_millisecond(server, rate):
+    body = {
+        "input": "Hello [pause:700ms] world.",
+        "response_format": "pcm",
+        "sample_rate": rate,
+    }
+    response = httpx.post(
+        f"{server.url}/v1/audio/speech", json={**body, **SHORT}, timeout=60
+    )
+    assert response.status_code == 200
+    longest = max(zero_runs(response.content))
+    assert abs(longest - 0.7 * rate) <= rate / 1000
+
+
+def test_pauses_past_the_bound_are_a_400(server):
+    body = {"input": "Wait [pause:61s] for it.", **SHORT}
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+    assert response.status_code == 400 and "the pauses add up to 61 s" in response.text
+
+
+def test_a_pause_over_the_websocket_is_silence_at_its_rate(server):
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    config = {"response_format": "pcm", "sample_rate": 16000, "stream_audio": True}
+    with connect(url) as ws:
+        ws.send(json.dumps({"type": "session.config", **config, **SHORT}))
+        ws.send(json.dumps({"type": "input.text", "text": "Hello [pause:700ms] world."}))
+        ws.send(json.dumps({"type": "input.done"}))
+        pcm = b""
+        while True:
+            frame = ws.recv(timeout=60)
+            if isinstance(frame, bytes):
+                pcm += frame
+            elif json.loads(frame)["type"] == "session.done":
+                break
+    assert abs(max(zero_runs(pcm)) - 0.7 * 16000) <= 16
+
+
+def test_a_pause_in_a_batch_item_and_over_wyoming_is_silence(
+    speaking_dir, nano_backend, tmp_path
+):
+    settings = ServerSettings(
+        model=str(speaking_dir), voices_dir=tmp_path, wyoming_port=0, backend=nano_backend
+    )
+    text = "Hello [pause:700ms] world."
+    with RunningServer(settings) as running:
+        item = {"input": text, "response_format": "pcm", "sample_rate": 24000, **SHORT}
+        answer = httpx.post(
+            f"{running.url}/v1/audio/speech/batch", json={"items": [item]}, timeout=60
+        ).json()
+        pcm = base64.b64decode(answer["results"][0]["audio_data"])
+        assert abs(max(zero_runs(pcm)) - 0.7 * 24000) <= 24
+
+        async def synthesize() -> bytes:
+            port = running.app.state.wyoming_port
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(Synthesize(text).event())
+                audio = b""
+                while (event := await client.read_event()).type != "audio-stop":
+                    audio += event.payload or b""
+                return audio
+
+        assert max(zero_runs(asyncio.run(synthesize()))) == round(0.7 * RATE)
+
+
+def test_speak_on_the_command_line_pauses(speaking_dir, tmp_path):
+    out = tmp_path / "go.wav"
+    done = run(
+        "speak", "Ready? [pause:700ms] Go!", "--model", str(speaking_dir),
+        "-o", str(out), "--max-new-tokens", "4", "--seed", "3",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    samples, rate = soundfile.read(out, dtype="int16")
+    assert rate == RATE and max(zero_runs(samples.tobytes())) == round(0.7 * RATE)
+
+
+def test_the_length_limit_counts_all_the_parts_together(speaking_tts):
+    speaking_tts.max_text_chars = 20
+    try:
+        with pytest.raises(ValueError, match="more than 20 characters as it is read out"):
+            speaking_tts.stream("Twelve chars [pause:1s] and twelve.")  # each part fits
+    finally:
+        speaking_tts.max_text_chars = None
