@@ -63,10 +63,6 @@ def without_pauses(text: str) -> str:
     return " ".join(PAUSE_TAG.sub(" ", text).split())
 
 
-def has_pauses(parts: list[str | Pause]) -> bool:
-    return any(isinstance(part, Pause) for part in parts)
-
-
 class PausedStream:
     """The audio of a text with pauses: each part's stream, opened when the
     one before it has ended, and each pause's silence, in order. Iterating

@@ -14,6 +14,8 @@ text without spaces), so the wait for a segment stays bounded. With split
 
 from __future__ import annotations
 
+from .ssml import ssml_verdict
+
 SPLITS = ("sentence", "clause", "none")
 MAX_SEGMENT_CHARS = 200
 MAX_WHOLE_CHARS = 64 * MAX_SEGMENT_CHARS  # text_stream.SEGMENTS_QUEUED segments
@@ -39,9 +41,16 @@ class TextSegmenter:
         self._split = split
         self._max_chars = max_chars
         self._pending = ""
+        self._document: bool | None = None  # an SSML document: spoken whole
 
     def feed(self, delta: str) -> list[str]:
         self._pending += delta
+        if self._document is None:
+            self._document = ssml_verdict(self._pending)
+            if self._document is None:
+                return []  # "<spe...": it may be a document; wait to know
+            if self._document:
+                self._split = "none"
         if self._split == "none" and len(self._pending) > MAX_WHOLE_CHARS:
             raise ValueError(
                 f"the text passed {MAX_WHOLE_CHARS} characters before its end; split "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -17,7 +18,8 @@ from .families.fields import check_text
 from .families.languages import language_codes
 from .lexicon import Lexicon
 from .normalization import TextNormalizer
-from .pauses import Pause, PausedStream, has_pauses, split_pauses
+from .pauses import Pause, PausedStream
+from .script import Spoken, Voicing, script_of
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
 from .time_stretch import StretchedStream, check_speed
@@ -27,6 +29,13 @@ from .voices import resolve_voice
 # ``normalize=AS_READ``: the text is already as the model reads it (the
 # lexicon applied and normalized, as ``stream_text`` does per segment).
 AS_READ = object()
+
+
+@dataclass(frozen=True)
+class _ReadPart:
+    read: str  # as the model reads it
+    ref_text: str | None
+    voicing: Voicing
 
 
 class TTS:
@@ -206,13 +215,12 @@ class TTS:
         read. ``cancel()`` or dropping the iterator stops it.
         """
         speed = check_speed(speed)
-        parts = split_pauses(text) if isinstance(text, str) else []
-        if has_pauses(parts):
-            resolved = self._service.reusable_voice(self.resolve_voice(voice))
-            return self._paused(
-                self._read_parts(parts, options)[0], resolved, speed, options
-            )
-        return self._opened(self.prepare(text, voice, **options), speed)
+        script = script_of(text) if isinstance(text, str) else None
+        if script is None:
+            return self._opened(self.prepare(text, voice, **options), speed)
+        resolved = self._service.reusable_voice(self.resolve_voice(voice))
+        read_parts, _ = self._read_parts(script.parts, options)
+        return self._paused(read_parts, resolved, speed, options, tuple(script.ignored))
 
     def _opened(self, request: Any, speed: float) -> ChunkStream | StretchedStream:
         stream = self._engine.stream(lambda: self._service.synthesize(request))
@@ -222,24 +230,22 @@ class TTS:
         return StretchedStream(stream, speed, self.sample_rate)
 
     def _read_parts(
-        self, parts: list[str | Pause], options: dict[str, Any]
-    ) -> tuple[list[tuple[str, str | None] | Pause], int]:
+        self, parts: list[Spoken | Pause], options: dict[str, Any]
+    ) -> tuple[list[_ReadPart | Pause], int]:
         """Each part as the model reads it (with its ``ref_text``), and how
         many characters they are together, within ``max_text_chars``."""
-        read_parts: list[tuple[str, str | None] | Pause] = []
+        read_parts: list[_ReadPart | Pause] = []
         total = 0
         for part in parts:
             if isinstance(part, Pause):
                 read_parts.append(part)
                 continue
-            read = self._as_read(
-                part,
-                options.get("ref_text"),
-                options.get("language"),
-                options.get("normalize"),
+            language = part.voicing.language or options.get("language")
+            read, ref_text = self._as_read(
+                part.text, options.get("ref_text"), language, options.get("normalize")
             )
-            total += len(read[0])
-            read_parts.append(read)
+            total += len(read)
+            read_parts.append(_ReadPart(read, ref_text, part.voicing))
         if self.max_text_chars is not None and total > self.max_text_chars:
             raise InvalidRequest(
                 "text",
@@ -249,25 +255,45 @@ class TTS:
         return read_parts, total
 
     def _paused(
-        self, read_parts: list, voice: Any, speed: float, options: dict[str, Any]
-    ) -> PausedStream | ChunkStream | StretchedStream:
-        """The parts' audio with the pauses' silence between (all of them
-        checked now; each part's generation starts once the one before ends)."""
+        self,
+        read_parts: list,
+        voice: Any,
+        speed: float,
+        options: dict[str, Any],
+        marked: tuple[str, ...] = (),
+    ) -> PausedStream:
+        """The parts' audio with the pauses' silence between, each part in its
+        own voice, pace and language (all checked now; each part's generation
+        starts once the one before ends); ``marked``: SSML not read, named in
+        ``ignored`` with the fields the model did not use."""
         items: list = []
         ignored: tuple[str, ...] = ()
         for part in read_parts:
             if isinstance(part, Pause):
                 items.append(part)
                 continue
-            read, ref_text = part
-            as_read = {**options, "ref_text": ref_text, "normalize": AS_READ}
-            request = self.prepare(read, voice, **as_read)
+            voicing = part.voicing
+            as_read = {**options, "ref_text": part.ref_text, "normalize": AS_READ}
+            if voicing.language is not None:
+                as_read["language"] = voicing.language
+            own_voice = voice if voicing.voice is None else self._voice_named(voicing.voice)
+            request = self.prepare(part.read, own_voice, **as_read)
             ignored = request.ignored
-            items.append(partial(self._opened, request, speed))
-        if len(items) == 1 and not isinstance(items[0], Pause):
-            return items[0]()
+            items.append(partial(self._opened, request, check_speed(speed * voicing.pace)))
         channels = options.get("channels") or 1
-        return PausedStream(items, self.sample_rate, channels, ignored)
+        return PausedStream(items, self.sample_rate, channels, (*ignored, *marked))
+
+    def _voice_named(self, name: str) -> Any:
+        """An SSML ``<voice name=>``: a voice's name (never a file)."""
+        named = resolve_voice(
+            name,
+            presets=self._service.voices,
+            find_saved=self.voice_store.find,
+            hint=self._service.voice_hint,
+            paths=False,
+            aliases=self.voice_aliases,
+        )
+        return self._service.reusable_voice(named)
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
@@ -324,7 +350,9 @@ class TTS:
         def speak(text: str) -> PausedStream | ChunkStream | StretchedStream:
             # the limit holds for the whole stream, as for one request
             nonlocal read_out
-            read_parts, read = self._read_parts(split_pauses(text), options)
+            script = script_of(text)
+            parts = script.parts if script is not None else [Spoken(text, Voicing())]
+            read_parts, read = self._read_parts(parts, options)
             read_out += read
             if limit is not None and read_out > limit:
                 raise InvalidRequest(
@@ -332,12 +360,12 @@ class TTS:
                     f"this text passed {limit} characters as it is read out; "
                     "the rest is not spoken",
                 )
-            if has_pauses(read_parts):
+            if script is not None:
                 speed = check_speed(options.get("speed"))
                 unpaced = {key: value for key, value in options.items() if key != "speed"}
-                return self._paused(read_parts, resolved, speed, unpaced)
-            (read, ref_text), *_ = read_parts
-            as_read = {**options, "ref_text": ref_text, "normalize": AS_READ}
-            return self.stream(read, resolved, **as_read)
+                return self._paused(read_parts, resolved, speed, unpaced, script.ignored)
+            (part,) = read_parts
+            as_read = {**options, "ref_text": part.ref_text, "normalize": AS_READ}
+            return self.stream(part.read, resolved, **as_read)
 
         return segmenter, speak, ignored

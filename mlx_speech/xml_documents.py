@@ -18,12 +18,13 @@ class XmlError(ValueError):
         self.line, self.column = line, column
 
 
-def parse(text: str) -> ElementTree.Element:
+def parse(text: str, max_depth: int | None = None) -> ElementTree.Element:
     """The root element of ``text`` (tags as ``{namespace}name``);
-    ``XmlError`` naming the line and column where it is not well-formed, or
-    has a document type."""
+    ``XmlError`` naming the line and column where it is not well-formed, has
+    a document type, or nests elements deeper than ``max_depth``."""
     parser = expat.ParserCreate(namespace_separator="}")
     builder = ElementTree.TreeBuilder()
+    depth = 0
 
     def where() -> tuple[int, int]:
         return parser.CurrentLineNumber, parser.CurrentColumnNumber + 1
@@ -35,11 +36,20 @@ def parse(text: str) -> ElementTree.Element:
         )
 
     def start(tag: str, attributes: dict) -> None:
+        nonlocal depth
+        depth += 1
+        if max_depth is not None and depth > max_depth:
+            raise XmlError(f"elements are nested more than {max_depth} deep", *where())
         builder.start(_clark(tag), {_clark(k): v for k, v in attributes.items()})
+
+    def end(tag: str) -> None:
+        nonlocal depth
+        depth -= 1
+        builder.end(_clark(tag))
 
     parser.StartDoctypeDeclHandler = refuse_doctype
     parser.StartElementHandler = start
-    parser.EndElementHandler = lambda tag: builder.end(_clark(tag))
+    parser.EndElementHandler = end
     parser.CharacterDataHandler = builder.data
     try:
         parser.Parse(text, True)

@@ -52,7 +52,19 @@ def _field_schemas(settings: ServerSettings) -> dict[str, Any]:
     clip = {"type": "string", "description": ACCEPTED_REFERENCES}
     reference = {"oneOf": [clip, {"type": "array", "items": clip, "minItems": 1}]}
     return {
-        "input": {"type": "string", "minLength": 1, "maxLength": settings.max_input_chars},
+        "input": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": settings.max_input_chars,
+            "description": "text, where [pause:1.5s] or [pause:300ms] is exact "
+            "silence; or an SSML <speak> document (break, sub, say-as, prosody rate, "
+            "voice name for dialogue, lang, p, s)",
+            "examples": [
+                "Ready? [pause:700ms] Go!",
+                '<speak><voice name="default">Hello Bob.</voice><break time="300ms"/>'
+                '<voice name="grandma">Hi Alice!</voice></speak>',
+            ],
+        },
         "model": {"type": "string", "description": "accepted and logged"},
         "voice": {
             "oneOf": [

@@ -11,6 +11,7 @@ from typing import Any
 from wyoming.tts import SynthesizeTextFormat
 
 from ..errors import shown
+from ..ssml import is_ssml
 from ..text_stream import TextFeed, TextStream
 from ..tts import TTS
 from ..voices import UnknownVoiceName, resolve_voice
@@ -31,7 +32,7 @@ class SpeechAsked:
 
 
 def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAsked:
-    _check_format(data.get("text_format"))
+    ssml = _is_ssml_format(data.get("text_format"))
     text = data.get("text") if needs_text else None
     if needs_text:
         if not isinstance(text, str):
@@ -42,6 +43,8 @@ def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAs
                 f"the text has {len(text)} characters; at most {limit} are spoken",
                 "too-long",
             )
+    if ssml and text is not None and not is_ssml(text):
+        text = f"<speak>{text}</speak>"  # declared SSML: the document's content
     voice, language = _voice(data.get("voice"), tts, state)
     options = {} if language is None else {"language": language}
 
@@ -51,12 +54,12 @@ def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAs
     return SpeechAsked(text, open_stream)
 
 
-def _check_format(text_format: Any) -> None:
+def _is_ssml_format(text_format: Any) -> bool:
     if text_format in (None, SynthesizeTextFormat.TEXT.value):
-        return
+        return False
     if text_format == SynthesizeTextFormat.SSML.value:
-        raise BadEvent("SSML is not spoken yet: send the text as text_format 'text'")
-    raise BadEvent(f"unknown text_format {shown(text_format)}; 'text' is spoken")
+        return True
+    raise BadEvent(f"unknown text_format {shown(text_format)}; 'text' or 'ssml' is spoken")
 
 
 def _voice(voice: Any, tts: TTS, state: Any) -> tuple[Any, str | None]:

@@ -24,7 +24,6 @@ from wyoming.tts import (
     SynthesizeChunk,
     SynthesizeStart,
     SynthesizeStop,
-    SynthesizeTextFormat,
     SynthesizeVoice,
 )
 
@@ -149,7 +148,7 @@ def test_mistakes_get_error_events_and_the_connection_goes_on(server):
     async def mistakes(client):
         sent = [
             Synthesize("Hi.", voice=SynthesizeVoice("nosuch")).event(),
-            Synthesize("<speak>Hi.</speak>", text_format=SynthesizeTextFormat.SSML).event(),
+            Synthesize("Hi.", text_format="markdown").event(),
             Synthesize("x" * (MAX_CHARS + 1)).event(),
             Event(type="synthesize", data={"text": 7}),
             Event(type="no-such-event"),
@@ -173,7 +172,7 @@ def test_mistakes_get_error_events_and_the_connection_goes_on(server):
         "bad-request",
         "bad-request",
     ]
-    assert "nosuch" in errors[0].text and "SSML" in errors[1].text
+    assert "nosuch" in errors[0].text and "unknown text_format" in errors[1].text
     assert f"at most {MAX_CHARS}" in errors[2].text
     assert pong.data == {"text": "still there?"}
 

@@ -1,0 +1,19 @@
+"""What a request's text says, part by part: an SSML document (``ssml``),
+or a text with pause tags (``pauses``: its parts and pauses); ``None`` for
+plain text, spoken as one request."""
+
+from __future__ import annotations
+
+from .pauses import Pause, split_pauses
+from .ssml import Script, Spoken, Voicing, is_ssml, parse_ssml
+
+__all__ = ["Script", "Spoken", "Voicing", "script_of"]
+
+
+def script_of(text: str) -> Script | None:
+    if is_ssml(text):
+        return parse_ssml(text)
+    parts = split_pauses(text)
+    if not any(isinstance(part, Pause) for part in parts):
+        return None
+    return Script([p if isinstance(p, Pause) else Spoken(p, Voicing()) for p in parts])

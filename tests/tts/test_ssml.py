@@ -1,0 +1,195 @@
+"""SSML: a <speak> document on every surface; exact breaks, aliases,
+say-as, pace and voice per part; malformed and hostile documents refused
+cheaply."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+from websockets.sync.client import connect
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import Synthesize, SynthesizeTextFormat
+
+from mlx_speech.pauses import Pause
+from mlx_speech.server import ServerSettings
+from mlx_speech.ssml import Spoken, SsmlError, Voicing, parse_ssml
+from tests.tts.support.cli import run
+from tests.tts.support.server import RunningServer
+
+SHORT = {"max_new_tokens": 4, "seed": 3}
+RATE = 48000
+DIALOGUE = (
+    '<speak><voice name="default">Hello Bob.</voice>'
+    '<break time="300ms"/><voice name="grandma">Hi Alice!</voice></speak>'
+)
+
+
+def test_the_subset_becomes_parts_and_pauses():
+    script = parse_ssml(
+        '<speak>Hello <break time="700ms"/> world. <sub alias="sequel">SQL</sub> and '
+        '<say-as interpret-as="characters">SQL</say-as>, call '
+        '<say-as interpret-as="telephone">555-1234</say-as> for the '
+        '<say-as interpret-as="ordinal">2</say-as> time.'
+        '<p><prosody rate="slow" pitch="high">slowly <prosody rate="200%">fast</prosody>'
+        '</prosody></p><emphasis>said</emphasis> <lang xml:lang="zh">你好</lang>'
+        '<break strength="strong"/></speak>'
+    )
+    assert script.parts == [
+        Spoken("Hello", Voicing()),
+        Pause(0.7),
+        Spoken("world. sequel and S Q L, call 5 5 5, 1 2 3 4 for the 2nd time.", Voicing()),
+        Spoken("slowly", Voicing(pace=0.75)),
+        Spoken("fast", Voicing(pace=1.5)),
+        Spoken("said", Voicing()),
+        Spoken("你好", Voicing(language="zh")),
+        Pause(0.75),
+    ]
+    assert script.ignored == ["prosody@pitch", "emphasis"]
+
+
+@pytest.mark.parametrize(
+    "document, said",
+    [
+        ("<speak>Hello\n<break time='soon'/></speak>", "is not a time"),
+        ("<speak>Hello\n  <s>unclosed</speak>", "mismatched tag (line 2, column"),
+        ("<voice>no speak</voice>", "not <speak>"),
+    ],
+)
+def test_a_document_that_cannot_be_spoken_says_where(document, said):
+    with pytest.raises(SsmlError, match="SSML: ") as refused:
+        parse_ssml(document)
+    assert said in str(refused.value)
+
+
+def test_hostile_documents_are_refused_cheaply():
+    laughs = (
+        '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+        + "".join(
+            f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10 if i else "&lol;" * 10}">'
+            for i in range(9)
+        )
+        + "]><speak>&lol8;</speak>"
+    )
+    external = '<!DOCTYPE speak SYSTEM "file:///etc/passwd"><speak>&x;</speak>'
+    nested = "<speak>" + "<s>" * 10_000 + "deep" + "</s>" * 10_000 + "</speak>"
+    for document, said in (
+        (laughs, "document type"),
+        (external, "document type"),
+        (nested, "nested more than 64"),
+    ):
+        started = time.perf_counter()
+        with pytest.raises(SsmlError, match=said):
+            parse_ssml(document)
+        assert time.perf_counter() - started < 0.5
+
+
+def test_python_speaks_a_document_part_by_part(speaking_tts, reference_clip):
+    store = speaking_tts.voice_store
+    store.add("grandma", reference_clip.read_bytes())
+    try:
+        audio = speaking_tts.speak(DIALOGUE, **SHORT).samples
+        alice = speaking_tts.speak("Hello Bob.", **SHORT).samples
+        bob = speaking_tts.speak("Hi Alice!", voice="grandma", **SHORT).samples
+    finally:
+        store.remove("grandma")
+    silence = np.zeros(round(0.3 * RATE), np.float32)
+    np.testing.assert_array_equal(audio, np.concatenate([alice, silence, bob]))
+
+
+def test_a_document_spoken_as_it_is_written_is_spoken_whole(speaking_tts):
+    document = '<speak>One. <break time="500ms"/>Two.</speak>'
+    pieces = [document[i : i + 5] for i in range(0, len(document), 5)]
+    streamed = np.concatenate(
+        [c.samples for c in speaking_tts.stream_text(pieces, **SHORT)]
+    )
+    np.testing.assert_array_equal(streamed, speaking_tts.speak(document, **SHORT).samples)
+
+
+@pytest.fixture(scope="module")
+def server(speaking_dir, nano_backend, tmp_path_factory):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path_factory.mktemp("ssml-voices"),
+        wyoming_port=0,
+        backend=nano_backend,
+    )
+    with RunningServer(settings) as running:
+        yield running
+
+
+def pcm_at(server, text: str, rate: int = RATE) -> httpx.Response:
+    body = {"input": text, "response_format": "pcm", "sample_rate": rate, **SHORT}
+    return httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+
+
+def longest_zero_run(pcm: bytes) -> int:
+    zero = np.frombuffer(pcm, dtype="<i2") == 0
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], zero.astype(int), [0]])))
+    return int(max(edges[1::2] - edges[::2], default=0))
+
+
+def test_served_ssml_breaks_exactly_and_names_what_it_ignored(server):
+    document = '<speak>Hello <break time="700ms"/> <emphasis>world</emphasis>.</speak>'
+    response = pcm_at(server, document, 24000)
+    assert response.status_code == 200
+    assert abs(longest_zero_run(response.content) - 0.7 * 24000) <= 24
+    assert response.headers["x-mlx-speech-ignored"] == "emphasis"
+
+
+def test_served_ssml_that_is_malformed_is_a_400_with_its_place(server):
+    response = pcm_at(server, "<speak>Hello\n<s>there</speak>")
+    assert response.status_code == 400
+    assert "mismatched tag (line 2" in response.json()["error"]["message"]
+
+
+def test_ssml_over_the_websocket_and_wyoming(server):
+    document = '<speak>Hello <break time="700ms"/> world.</speak>'
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url) as ws:
+        config = {
+            "response_format": "pcm",
+            "stream_audio": True,
+            "sample_rate": RATE,
+            **SHORT,
+        }
+        ws.send(json.dumps({"type": "session.config", **config}))
+        for piece in (document[:10], document[10:]):
+            ws.send(json.dumps({"type": "input.text", "text": piece}))
+        ws.send(json.dumps({"type": "input.done"}))
+        pcm = b""
+        while True:
+            frame = ws.recv(timeout=60)
+            if isinstance(frame, bytes):
+                pcm += frame
+            elif json.loads(frame)["type"] == "session.done":
+                break
+    assert longest_zero_run(pcm) == round(0.7 * RATE)
+
+    async def synthesize() -> bytes:
+        async with AsyncTcpClient("127.0.0.1", server.app.state.wyoming_port) as client:
+            event = Synthesize(document, text_format=SynthesizeTextFormat.SSML).event()
+            await client.write_event(event)
+            audio = b""
+            while (answer := await client.read_event()).type != "audio-stop":
+                assert answer.type != "error", answer.data
+                audio += answer.payload or b""
+            return audio
+
+    assert longest_zero_run(asyncio.run(synthesize())) == round(0.7 * RATE)
+
+
+def test_speak_on_the_command_line_takes_ssml(speaking_dir, tmp_path):
+    import soundfile
+
+    out = tmp_path / "a.wav"
+    document = '<speak>Ready? <break time="700ms"/> Go!</speak>'
+    flags = ("--max-new-tokens", "4", "--seed", "3", "-o", str(out))
+    done = run("speak", document, "--model", str(speaking_dir), *flags)
+    assert done.returncode == 0, done.stderr
+    samples, _ = soundfile.read(out, dtype="int16")
+    assert longest_zero_run(samples.tobytes()) == round(0.7 * RATE)
