@@ -3,22 +3,19 @@ the Python API, text spoken as it is written, and HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 
 import httpx
 import numpy as np
 import pytest
 import soundfile
-from websockets.sync.client import connect
-from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize
 
 from mlx_speech.pauses import Pause, split_pauses
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
+from tests.tts.support.silence import longest_zero_run, socket_pcm, wyoming_pcm
 
 SHORT = {"max_new_tokens": 4, "seed": 3}
 RATE = 48000
@@ -61,13 +58,6 @@ def test_text_spoken_as_written_pauses_in_place_and_captions_without_tags(speaki
     assert captions[-1].end == len(samples)
 
 
-def zero_runs(pcm: bytes) -> list[int]:
-    """Lengths of the runs of zero samples in 16-bit PCM."""
-    zero = np.frombuffer(pcm, dtype="<i2") == 0
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], zero.astype(int), [0]])))
-    return list(edges[1::2] - edges[::2])
-
-
 @pytest.fixture(scope="module")
 def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
@@ -90,7 +80,7 @@ def test_a_served_pause_is_silence_to_within_a_millisecond(server, rate):
         f"{server.url}/v1/audio/speech", json={**body, **SHORT}, timeout=60
     )
     assert response.status_code == 200
-    longest = max(zero_runs(response.content))
+    longest = longest_zero_run(response.content)
     assert abs(longest - 0.7 * rate) <= rate / 1000
 
 
@@ -101,20 +91,9 @@ def test_pauses_past_the_bound_are_a_400(server):
 
 
 def test_a_pause_over_the_websocket_is_silence_at_its_rate(server):
-    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
     config = {"response_format": "pcm", "sample_rate": 16000, "stream_audio": True}
-    with connect(url) as ws:
-        ws.send(json.dumps({"type": "session.config", **config, **SHORT}))
-        ws.send(json.dumps({"type": "input.text", "text": "Hello [pause:700ms] world."}))
-        ws.send(json.dumps({"type": "input.done"}))
-        pcm = b""
-        while True:
-            frame = ws.recv(timeout=60)
-            if isinstance(frame, bytes):
-                pcm += frame
-            elif json.loads(frame)["type"] == "session.done":
-                break
-    assert abs(max(zero_runs(pcm)) - 0.7 * 16000) <= 16
+    pcm = socket_pcm(server, {**config, **SHORT}, ["Hello [pause:700ms] world."])
+    assert abs(longest_zero_run(pcm) - 0.7 * 16000) <= 16
 
 
 def test_a_pause_in_a_batch_item_and_over_wyoming_is_silence(
@@ -130,18 +109,10 @@ def test_a_pause_in_a_batch_item_and_over_wyoming_is_silence(
             f"{running.url}/v1/audio/speech/batch", json={"items": [item]}, timeout=60
         ).json()
         pcm = base64.b64decode(answer["results"][0]["audio_data"])
-        assert abs(max(zero_runs(pcm)) - 0.7 * 24000) <= 24
+        assert abs(longest_zero_run(pcm) - 0.7 * 24000) <= 24
 
-        async def synthesize() -> bytes:
-            port = running.app.state.wyoming_port
-            async with AsyncTcpClient("127.0.0.1", port) as client:
-                await client.write_event(Synthesize(text).event())
-                audio = b""
-                while (event := await client.read_event()).type != "audio-stop":
-                    audio += event.payload or b""
-                return audio
-
-        assert max(zero_runs(asyncio.run(synthesize()))) == round(0.7 * RATE)
+        audio = wyoming_pcm(running.app.state.wyoming_port, Synthesize(text).event())
+        assert longest_zero_run(audio) == round(0.7 * RATE)
 
 
 def test_speak_on_the_command_line_pauses(speaking_dir, tmp_path):
@@ -152,7 +123,7 @@ def test_speak_on_the_command_line_pauses(speaking_dir, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     samples, rate = soundfile.read(out, dtype="int16")
-    assert rate == RATE and max(zero_runs(samples.tobytes())) == round(0.7 * RATE)
+    assert rate == RATE and longest_zero_run(samples.tobytes()) == round(0.7 * RATE)
 
 
 def test_the_length_limit_counts_all_the_parts_together(speaking_tts):

@@ -4,15 +4,11 @@ cheaply."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 
 import httpx
 import numpy as np
 import pytest
-from websockets.sync.client import connect
-from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeTextFormat
 
 from mlx_speech.pauses import Pause
@@ -20,6 +16,7 @@ from mlx_speech.server import ServerSettings
 from mlx_speech.ssml import Spoken, SsmlError, Voicing, parse_ssml
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
+from tests.tts.support.silence import longest_zero_run, socket_pcm, wyoming_pcm
 
 SHORT = {"max_new_tokens": 4, "seed": 3}
 RATE = 48000
@@ -127,12 +124,6 @@ def pcm_at(server, text: str, rate: int = RATE) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
 
 
-def longest_zero_run(pcm: bytes) -> int:
-    zero = np.frombuffer(pcm, dtype="<i2") == 0
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], zero.astype(int), [0]])))
-    return int(max(edges[1::2] - edges[::2], default=0))
-
-
 def test_served_ssml_breaks_exactly_and_names_what_it_ignored(server):
     document = '<speak>Hello <break time="700ms"/> <emphasis>world</emphasis>.</speak>'
     response = pcm_at(server, document, 24000)
@@ -149,38 +140,12 @@ def test_served_ssml_that_is_malformed_is_a_400_with_its_place(server):
 
 def test_ssml_over_the_websocket_and_wyoming(server):
     document = '<speak>Hello <break time="700ms"/> world.</speak>'
-    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(url) as ws:
-        config = {
-            "response_format": "pcm",
-            "stream_audio": True,
-            "sample_rate": RATE,
-            **SHORT,
-        }
-        ws.send(json.dumps({"type": "session.config", **config}))
-        for piece in (document[:10], document[10:]):
-            ws.send(json.dumps({"type": "input.text", "text": piece}))
-        ws.send(json.dumps({"type": "input.done"}))
-        pcm = b""
-        while True:
-            frame = ws.recv(timeout=60)
-            if isinstance(frame, bytes):
-                pcm += frame
-            elif json.loads(frame)["type"] == "session.done":
-                break
+    config = {"response_format": "pcm", "stream_audio": True, "sample_rate": RATE, **SHORT}
+    pcm = socket_pcm(server, config, [document[:10], document[10:]])
     assert longest_zero_run(pcm) == round(0.7 * RATE)
-
-    async def synthesize() -> bytes:
-        async with AsyncTcpClient("127.0.0.1", server.app.state.wyoming_port) as client:
-            event = Synthesize(document, text_format=SynthesizeTextFormat.SSML).event()
-            await client.write_event(event)
-            audio = b""
-            while (answer := await client.read_event()).type != "audio-stop":
-                assert answer.type != "error", answer.data
-                audio += answer.payload or b""
-            return audio
-
-    assert longest_zero_run(asyncio.run(synthesize())) == round(0.7 * RATE)
+    event = Synthesize(document, text_format=SynthesizeTextFormat.SSML).event()
+    audio = wyoming_pcm(server.app.state.wyoming_port, event)
+    assert longest_zero_run(audio) == round(0.7 * RATE)
 
 
 def test_speak_on_the_command_line_takes_ssml(speaking_dir, tmp_path):
