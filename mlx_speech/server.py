@@ -51,6 +51,7 @@ from .http.speech_request import (
     RequestRules,
     SpeechRequest,
     parse_captioned_request,
+    parse_dialogue_request,
     parse_speech_request,
 )
 from .http.speech_socket import OpenSockets, SpeechSocket, refuse
@@ -170,6 +171,11 @@ def _rules(state: Any, tts: TTS) -> RequestRules:
 
 async def speech(request: Request) -> Response:
     return await _speak(request, parse_speech_request)
+
+
+async def dialogue(request: Request) -> Response:
+    """Kokoro-FastAPI's ``/dev/dialogue``: turns in their voices, one audio."""
+    return await _speak(request, parse_dialogue_request)
 
 
 async def captioned_speech(request: Request) -> Response:
@@ -415,6 +421,7 @@ ROUTES = [
     Route("/v1/audio/speech", speech, methods=["POST"]),
     Route("/v1/audio/speech/batch", speech_batch, methods=["POST"]),
     Route("/dev/captioned_speech", captioned_speech, methods=["POST"]),
+    Route("/dev/dialogue", dialogue, methods=["POST"]),
     WebSocketRoute("/v1/audio/speech/stream", speech_socket),
     Route("/v1/audio/speech/stream", speech_socket_over_http, methods=["GET"]),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),

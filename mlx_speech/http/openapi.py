@@ -169,6 +169,45 @@ def _speech_route(settings: ServerSettings) -> dict[str, Any]:
     }
 
 
+def _dialogue_route(settings: ServerSettings) -> dict[str, Any]:
+    fields = {
+        k: v
+        for k, v in _speech_fields(settings).items()
+        if k not in ("input", "voice", "stream", "stream_format", "captions")
+    }
+    turn = {
+        "type": "object",
+        "properties": {
+            "voice": {"type": "string", "description": "a voice's name (or voice_id)"},
+            "text": {"type": "string", "minLength": 1, "description": "pause tags allowed"},
+        },
+        "required": ["text"],
+    }
+    fields["turns"] = {"type": "array", "items": turn, "minItems": 1}
+    fields["pause_between_turns"] = {"type": "number", "minimum": 0, "maximum": 10}
+    fields["stream"] = {
+        "type": "boolean",
+        "default": True,
+        "description": "true: the file streamed as it is generated; false: whole",
+    }
+    audio = {FORMATS[name].content_type: {} for name in RESPONSE_FORMATS}
+    body = {"type": "object", "properties": fields, "required": ["turns"]}
+    return {
+        "post": {
+            "summary": "Kokoro-FastAPI's dialogue: each turn in its voice, as it would "
+            "be alone, in one audio",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": body}},
+            },
+            "responses": {
+                "200": {"content": audio},
+                **_errors(400, 401, 403, 404, 408, 413, 415, 429, 500, 503),
+            },
+        }
+    }
+
+
 def _captioned_route(settings: ServerSettings) -> dict[str, Any]:
     fields = {
         k: v
@@ -414,6 +453,7 @@ def openapi_document(settings: ServerSettings) -> dict[str, Any]:
             "/v1/audio/speech": _speech_route(settings),
             "/v1/audio/speech/batch": _batch_route(settings),
             "/dev/captioned_speech": _captioned_route(settings),
+            "/dev/dialogue": _dialogue_route(settings),
             **_voices_routes(),
             **_other_routes(),
         },

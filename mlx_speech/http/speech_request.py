@@ -10,10 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape, quoteattr
 
 from ..errors import InvalidRequest, shown
 from ..families.options import SamplingOptions
 from ..formats import FORMATS, RESPONSE_FORMATS
+from ..pauses import Pause, split_pauses
 from ..text_segments import SPLITS
 from ..time_stretch import check_speed
 from ..voice_store import SavedVoice
@@ -278,6 +280,57 @@ def parse_captioned_request(body: Any, rules: RequestRules) -> SpeechRequest:
     )
     delivery = "captioned" if stream else "captioned-whole"
     return dataclasses.replace(parsed, delivery=delivery, timestamps=timestamps)
+
+
+def parse_dialogue_request(body: Any, rules: RequestRules) -> SpeechRequest:
+    """``POST /dev/dialogue`` (Kokoro-FastAPI's): ``turns`` (or ``inputs``)
+    of ``{"voice" (or "voice_id"), "text"}``, ``pause_between_turns``
+    seconds (0 to 10), and the speech fields; ``stream`` (default true)
+    streams the file, false sends it whole. The turns become an SSML
+    document, so each is spoken as it would be alone, in its voice."""
+    if not isinstance(body, dict):
+        raise _bad("body", "the request body must be a JSON object")
+    turns = body.get("turns", body.get("inputs"))
+    if not isinstance(turns, list) or not turns:
+        raise _bad("turns", "turns must be a list of {voice, text}, at least one")
+    pause = body.get("pause_between_turns")
+    pause = 0.0 if pause is None else pause
+    if (
+        isinstance(pause, bool)
+        or not isinstance(pause, int | float)
+        or not 0 <= pause <= 10
+    ):
+        raise _bad("pause_between_turns", "pause_between_turns must be 0 to 10 seconds")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _bad("stream", "stream must be true or false")
+    spoken = [_turn_ssml(turn, number) for number, turn in enumerate(turns)]
+    gap = f'<break time="{pause:.3f}s"/>' if pause > 0 else " "
+    speech = {k: v for k, v in body.items() if k not in _DIALOGUE_ONLY}
+    speech["input"] = "<speak>" + gap.join(spoken) + "</speak>"
+    if stream is False:
+        speech["stream"] = False  # the file whole
+    return parse_speech_request(speech, rules)
+
+
+_DIALOGUE_ONLY = ("turns", "inputs", "pause_between_turns", "stream", "stream_format")
+
+
+def _turn_ssml(turn: Any, number: int) -> str:
+    """One turn as SSML: its text in its voice, its pause tags as breaks."""
+    where = f"turns[{number}]"
+    if not isinstance(turn, dict):
+        raise _bad(where, f"{where} must be an object with a voice and a text")
+    voice, text = turn.get("voice", turn.get("voice_id")), turn.get("text")
+    if not isinstance(voice, str) or not voice.strip():
+        raise _bad(f"{where}.voice", f"{where}.voice must be a voice's name")
+    if not isinstance(text, str) or not text.strip():
+        raise _bad(f"{where}.text", f"{where}.text must be a text to say")
+    said = "".join(
+        f'<break time="{part.seconds:.3f}s"/>' if isinstance(part, Pause) else escape(part)
+        for part in split_pauses(text)
+    )
+    return f"<voice name={quoteattr(voice.strip())}>{said}</voice>"
 
 
 _KOKORO_SWITCHES = ("stream", "return_timestamps")  # default true; null is absent

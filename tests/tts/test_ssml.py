@@ -119,8 +119,9 @@ def server(speaking_dir, nano_backend, tmp_path_factory):
         yield running
 
 
-def pcm_at(server, text: str, rate: int = RATE) -> httpx.Response:
+def pcm_at(server, text: str, rate: int = RATE, voice: str = "default") -> httpx.Response:
     body = {"input": text, "response_format": "pcm", "sample_rate": rate, **SHORT}
+    body["voice"] = voice
     return httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
 
 
@@ -158,3 +159,40 @@ def test_speak_on_the_command_line_takes_ssml(speaking_dir, tmp_path):
     assert done.returncode == 0, done.stderr
     samples, _ = soundfile.read(out, dtype="int16")
     assert longest_zero_run(samples.tobytes()) == round(0.7 * RATE)
+
+
+def test_kokoros_dialogue_speaks_each_turn_as_it_would_alone(server, reference_clip):
+    store = server.app.state.store
+    store.add("grandma", reference_clip.read_bytes())
+    try:
+        body = {
+            "turns": [
+                {"voice": "default", "text": "Hello Bob & co."},
+                {"voice_id": "grandma", "text": "Hi <Alice>! [pause:200ms] Bye."},
+            ],
+            "pause_between_turns": 0.4,
+            "response_format": "pcm",
+            "sample_rate": RATE,
+            **SHORT,
+        }
+        answer = httpx.post(f"{server.url}/dev/dialogue", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+
+        def alone(text: str, voice: str) -> bytes:
+            return pcm_at(server, text, voice=voice).content
+
+        silence = bytes(2 * round(0.4 * RATE))
+        pause = bytes(2 * round(0.2 * RATE))
+        turns = [
+            alone("Hello Bob & co.", "default"),
+            alone("Hi <Alice>!", "grandma") + pause + alone("Bye.", "grandma"),
+        ]
+        assert answer.content == silence.join(turns)
+        refused = httpx.post(
+            f"{server.url}/dev/dialogue",
+            json={"turns": [{"voice": "nosuch", "text": "Hi."}]},
+            timeout=60,
+        )
+        assert refused.status_code == 400 and "nosuch" in refused.text
+    finally:
+        store.remove("grandma")
