@@ -25,7 +25,8 @@ from typing import Any
 
 from .audio import Audio
 from .captions import Caption, Timeline
-from .pauses import Seam, without_pauses
+from .pauses import Seam
+from .script import shown_text
 from .segment_marks import SegmentEnded, SegmentStarted
 from .text_segments import TextSegmenter
 
@@ -247,7 +248,7 @@ class _Pipeline:
             except Exception as error:  # noqa: BLE001 - e.g. a segment's text is refused
                 self.output.put(_Failure(error))
                 return False
-        shown = without_pauses(text)
+        shown = shown_text(text)
         self.output.put(SegmentStarted(index, shown))
         try:
             for event in _events_of(self._speaking):

@@ -229,6 +229,20 @@ function blobAsDataUri(blob) {
   });
 }
 
+// Examples of what a text may hold (docs/speech.md: Pauses, SSML)
+
+const EXAMPLES = {
+  pause: "Ready? [pause:700ms] Go!",
+  dialogue:
+    '<speak>\n  <voice name="default">Who is there?</voice>\n  <break time="400ms"/>\n' +
+    '  <voice name="default"><prosody rate="slow">It is me.</prosody></voice>\n</speak>',
+};
+
+function showExample() {
+  const example = EXAMPLES[$("example").value];
+  if (example) $("text").value = example;
+}
+
 // Speaking
 
 const NUMBER_FIELDS = {
@@ -325,7 +339,8 @@ function followPlayback(player) {
   const readAlong = $("read-along");
   const mark = () => {
     if (session.player !== player) return; // stopped, or another request began
-    const heard = player.heardSample();
+    const going = session.controller || player.playing();
+    const heard = going ? player.heardSample() : -1; // once it ended, none is heard
     const now = session.captions.findIndex((c) => c.start_sample <= heard && heard < c.end_sample);
     for (const span of readAlong.children) {
       const current = Number(span.dataset.index) === now;
@@ -334,7 +349,7 @@ function followPlayback(player) {
       else span.removeAttribute("aria-current");
     }
     readAlong.dataset.heardSample = String(heard);
-    if (session.controller || player.playing()) requestAnimationFrame(mark);
+    if (going) requestAnimationFrame(mark);
   };
   requestAnimationFrame(mark);
 }
@@ -504,6 +519,7 @@ function wavFile(chunks, rate) {
 // Wiring
 
 $("speak").addEventListener("click", speak);
+$("example").addEventListener("change", showExample);
 $("stop").addEventListener("click", stop);
 $("download").addEventListener("click", download);
 $("save-voice").addEventListener("click", saveVoice);

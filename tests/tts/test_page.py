@@ -299,4 +299,18 @@ def test_the_sentence_being_heard_is_highlighted_in_step_with_playback(page):
         page.wait_for_timeout(40)
     assert seen == sentences
     assert page.locator("#read-along span").all_text_contents() == sentences
-    assert page.locator("#read-along span.now").count() == 0  # playback ended
+    # playback ended: the next frame marks none
+    page.wait_for_selector("#read-along span.now", state="detached", timeout=2000)
+
+
+def test_the_dialogue_example_is_spoken_as_ssml(page):
+    page.select_option("#example", "dialogue")
+    assert page.input_value("#text").startswith("<speak>")
+    set_field(page, "#max-new-tokens", "5")
+    page.click("#speak")
+    wait_for_state(page, "done")
+    assert int(page.locator("#status").get_attribute("data-bytes")) > 0
+    # the caption shows what was said, not the markup
+    captions = page.locator("#read-along span").all_text_contents()
+    assert captions == ["Who is there? It is me."]
+    assert page.is_hidden("#message")
