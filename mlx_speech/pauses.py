@@ -1,7 +1,8 @@
 """Pause tags in plain text, in Kokoro-FastAPI's syntax: ``[pause:1.5s]``,
 ``[pause:300ms]``. A text is cut at its tags; each part around them is
-spoken as a request of its own, and each tag is exact silence in its place,
-streamed like the audio around it."""
+spoken as a request of its own (its edges faded where it meets another:
+``joins``), and each tag is exact silence in its place, streamed like the
+audio around it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from .audio import Audio
 from .errors import InvalidRequest
+from .joins import faded
 
 PAUSE_TAG = re.compile(r"\[pause:\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\]", re.IGNORECASE)
 # A request's pauses together: silence is cheap to make but not to hold
@@ -96,6 +98,7 @@ class PausedStream:
         return self._chunks
 
     def _all(self, items: list) -> Iterator[Audio | Seam]:
+        last = len(items) - 1
         for number, item in enumerate(items):
             if self._cancelled:
                 return
@@ -105,7 +108,8 @@ class PausedStream:
                 yield from self._silence(item.samples(self._sample_rate))
                 continue
             self._current = item()
-            yield from self._current
+            # a part meeting another part or a pause is joined without a click
+            yield from faded(self._current, self._sample_rate, number > 0, number < last)
             self._current = None
 
     def _silence(self, samples: int) -> Iterator[Audio]:

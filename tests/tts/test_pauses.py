@@ -11,11 +11,17 @@ import pytest
 import soundfile
 from wyoming.tts import Synthesize
 
+from mlx_speech.joins import edge_samples
 from mlx_speech.pauses import Pause, split_pauses
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
-from tests.tts.support.silence import longest_zero_run, socket_pcm, wyoming_pcm
+from tests.tts.support.silence import (
+    assert_joined,
+    longest_zero_run,
+    socket_pcm,
+    wyoming_pcm,
+)
 
 SHORT = {"max_new_tokens": 4, "seed": 3}
 RATE = 48000
@@ -42,8 +48,8 @@ def test_a_pause_is_exact_silence_between_the_parts_spoken_alone(speaking_tts, s
     said = speaking_tts.speak("Hello [pause:700ms] world.", speed=speed, **SHORT).samples
     before = speaking_tts.speak("Hello", speed=speed, **SHORT).samples
     after = speaking_tts.speak("world.", speed=speed, **SHORT).samples
-    expected = np.concatenate([before, np.zeros(round(0.7 * RATE), np.float32), after])
-    np.testing.assert_array_equal(said, expected)  # the pace does not stretch a pause
+    # the pace does not stretch a pause; the parts fade into it, without a click
+    assert_joined(said, [before, round(0.7 * RATE), after], edge_samples(RATE))
 
 
 def test_text_spoken_as_written_pauses_in_place_and_captions_without_tags(speaking_tts):
@@ -112,7 +118,7 @@ def test_a_pause_in_a_batch_item_and_over_wyoming_is_silence(
         assert abs(longest_zero_run(pcm) - 0.7 * 24000) <= 24
 
         audio = wyoming_pcm(running.app.state.wyoming_port, Synthesize(text).event())
-        assert longest_zero_run(audio) == round(0.7 * RATE)
+        assert abs(longest_zero_run(audio) - 0.7 * RATE) <= RATE / 1000
 
 
 def test_speak_on_the_command_line_pauses(speaking_dir, tmp_path):
@@ -123,7 +129,8 @@ def test_speak_on_the_command_line_pauses(speaking_dir, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     samples, rate = soundfile.read(out, dtype="int16")
-    assert rate == RATE and longest_zero_run(samples.tobytes()) == round(0.7 * RATE)
+    assert rate == RATE
+    assert abs(longest_zero_run(samples.tobytes()) - 0.7 * RATE) <= RATE / 1000
 
 
 def test_the_length_limit_counts_all_the_parts_together(speaking_tts):

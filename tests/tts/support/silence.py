@@ -49,3 +49,26 @@ def wyoming_pcm(port: int, synthesize: Event) -> bytes:
             return audio
 
     return asyncio.run(run())
+
+
+def assert_joined(said: np.ndarray, pieces: list, edge: int) -> None:
+    """``said`` is ``pieces`` joined: each array (a part spoken alone) equal
+    but for its ``edge`` samples where it meets another piece, which fade
+    to near silence there (no click); each int a run of exact zeros."""
+    at = 0
+    for number, piece in enumerate(pieces):
+        if isinstance(piece, int):
+            assert not said[at : at + piece].any(), f"piece {number} is not silence"
+            at += piece
+            continue
+        got = said[at : at + len(piece)]
+        assert len(got) == len(piece), f"piece {number} is cut short"
+        start = edge if number > 0 else 0
+        end = len(piece) - (edge if number < len(pieces) - 1 else 0)
+        np.testing.assert_array_equal(got[start:end], piece[start:end])
+        if number > 0:
+            assert abs(float(got[0])) <= 1e-3 * max(1.0, float(np.abs(piece).max()))
+        if number < len(pieces) - 1:
+            assert abs(float(got[-1])) <= 1e-3 * max(1.0, float(np.abs(piece).max()))
+        at += len(piece)
+    assert at == len(said)
