@@ -4,6 +4,7 @@ cheaply."""
 
 from __future__ import annotations
 
+import base64
 import time
 
 import httpx
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from wyoming.tts import Synthesize, SynthesizeTextFormat
 
+import mlx_speech
 from mlx_speech.joins import edge_samples
 from mlx_speech.pauses import Pause
 from mlx_speech.server import ServerSettings
@@ -91,23 +93,28 @@ def test_hostile_documents_are_refused_cheaply():
         assert time.perf_counter() - started < 0.5
 
 
-def test_python_speaks_a_document_part_by_part(speaking_tts, reference_clip):
-    store = speaking_tts.voice_store
-    store.add("grandma", reference_clip.read_bytes())
-    try:
-        audio = speaking_tts.speak(DIALOGUE, **SHORT).samples
-        together = speaking_tts.speak(
-            DIALOGUE.replace('<break time="300ms"/>', ""), **SHORT
-        )
-        together = together.samples
-        alice = speaking_tts.speak("Hello Bob.", **SHORT).samples
-        bob = speaking_tts.speak("Hi Alice!", voice="grandma", **SHORT).samples
-    finally:
-        store.remove("grandma")
-    silence = np.zeros(round(0.3 * RATE), np.float32)
-    assert_joined(audio, [alice, len(silence), bob], edge_samples(RATE))
+@pytest.fixture(scope="module")
+def voiced_tts(speaking_dir, nano_backend, reference_clip, tmp_path_factory):
+    """A model with a saved voice, grandma, that OpenAI's name alloy names."""
+    tts = mlx_speech.load(
+        speaking_dir,
+        voices_dir=tmp_path_factory.mktemp("ssml-tts-voices"),
+        voice_aliases={"alloy": "grandma"},
+        backend=nano_backend,
+    )
+    tts.voice_store.add("grandma", reference_clip.read_bytes())
+    return tts
+
+
+def test_python_speaks_a_document_part_by_part(voiced_tts):
+    audio = voiced_tts.speak(DIALOGUE, **SHORT).samples
+    together = voiced_tts.speak(DIALOGUE.replace('<break time="300ms"/>', ""), **SHORT)
+    alice = voiced_tts.speak("Hello Bob.", **SHORT).samples
+    bob = voiced_tts.speak("Hi Alice!", voice="grandma", **SHORT).samples
+    silence = round(0.3 * RATE)
+    assert_joined(audio, [alice, silence, bob], edge_samples(RATE))
     # turns that meet without a break are each faded at the join: no click
-    assert_joined(together, [alice, bob], edge_samples(RATE))
+    assert_joined(together.samples, [alice, bob], edge_samples(RATE))
 
 
 def test_a_document_spoken_as_it_is_written_is_spoken_whole(speaking_tts):
@@ -212,3 +219,20 @@ def test_kokoros_dialogue_speaks_each_turn_as_it_would_alone(server, reference_c
         assert refused.status_code == 400 and "nosuch" in refused.text
     finally:
         store.remove("grandma")
+
+
+def test_a_batch_item_may_be_ssml(server):
+    document = '<speak>Hello <break time="700ms"/> world.</speak>'
+    item = {"input": document, "response_format": "pcm", "sample_rate": 24000, **SHORT}
+    answer = httpx.post(
+        f"{server.url}/v1/audio/speech/batch", json={"items": [item]}, timeout=60
+    ).json()
+    pcm = base64.b64decode(answer["results"][0]["audio_data"])
+    assert abs(longest_zero_run(pcm) - 0.7 * 24000) <= 24
+
+
+def test_a_voice_may_be_named_by_an_openai_alias(voiced_tts):
+    document = '<speak><voice name="alloy">Hi there.</voice></speak>'
+    aliased = voiced_tts.speak(document, **SHORT)
+    named = voiced_tts.speak("Hi there.", voice="grandma", **SHORT)
+    np.testing.assert_array_equal(aliased.samples, named.samples)
