@@ -259,27 +259,7 @@ def _serve_parser(commands) -> None:
         "--host", default=host, help=f"address to listen on (default: {host})"
     )
     serve.add_argument("--port", type=int, default=port, help=f"port (default: {port})")
-    serve.add_argument(
-        "--wyoming-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="also speak the Wyoming protocol (Home Assistant's) on this TCP port "
-        "(its usual one is 10200; default: off)",
-    )
-    serve.add_argument(
-        "--wyoming-host",
-        default=None,
-        metavar="HOST",
-        help="address the Wyoming server listens on (default: --host's); it has "
-        "no keys, so keep it on addresses only trusted machines reach",
-    )
-    serve.add_argument(
-        "--no-http",
-        dest="http",
-        action="store_false",
-        help="run the Wyoming server alone, without HTTP (needs --wyoming-port)",
-    )
+    _wyoming_arguments(serve)
     serve.add_argument(
         "--allowed-host",
         action="append",
@@ -340,6 +320,30 @@ def _serve_parser(commands) -> None:
         metavar="DIR",
         help="allow ref_audio to name files under DIR, as file:// URIs or absolute "
         "paths (default: refused)",
+    )
+
+
+def _wyoming_arguments(serve) -> None:
+    serve.add_argument(
+        "--wyoming-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also speak the Wyoming protocol (Home Assistant's) on this TCP port "
+        "(its usual one is 10200; default: off)",
+    )
+    serve.add_argument(
+        "--wyoming-host",
+        default=None,
+        metavar="HOST",
+        help="address the Wyoming server listens on (default: --host's); it has "
+        "no keys, so keep it on addresses only trusted machines reach",
+    )
+    serve.add_argument(
+        "--no-http",
+        dest="http",
+        action="store_false",
+        help="run the Wyoming server alone, without HTTP (needs --wyoming-port)",
     )
 
 
