@@ -264,17 +264,24 @@ def test_no_http_without_a_wyoming_port_is_a_usage_error():
     assert finished.returncode == 2 and "needs --wyoming-port" in finished.stderr
 
 
+def own_server(speaking_dir, nano_backend, voices_dir, **limits) -> RunningServer:
+    """A server of the test's own, Wyoming on a free port, with ``limits``."""
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=voices_dir,
+        wyoming_port=0,
+        backend=nano_backend,
+        **limits,
+    )
+    return RunningServer(settings)
+
+
 def test_a_quiet_connection_is_closed_and_a_stopping_server_says_so(
     speaking_dir, nano_backend, tmp_path
 ):
-    settings = ServerSettings(
-        model=str(speaking_dir),
-        voices_dir=tmp_path,
-        wyoming_port=0,
-        socket_idle_timeout=1.0,
-        backend=nano_backend,
-    )
-    with RunningServer(settings) as running:
+    with own_server(
+        speaking_dir, nano_backend, tmp_path, socket_idle_timeout=1.0
+    ) as running:
 
         async def quiet(client):
             started = time.monotonic()
@@ -293,3 +300,33 @@ def test_a_quiet_connection_is_closed_and_a_stopping_server_says_so(
 
         error = talk(running, stopped_mid_speech)
         assert (error.code, error.text) == ("stopping", "the server is shutting down")
+
+
+def test_a_client_that_reads_nothing_is_cut_and_frees_the_model(
+    speaking_dir, nano_backend, tmp_path
+):
+    with own_server(
+        speaking_dir, nano_backend, tmp_path, stream_idle_timeout=1.0
+    ) as running:
+        state = running.app.state
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window
+        reader.connect(("127.0.0.1", state.wyoming_port))
+        asked = Synthesize("Hello there. " * 20).event().to_dict()  # minutes of audio
+        reader.sendall(json.dumps(asked).encode() + b"\n")  # and none of it read
+        deadline = time.monotonic() + 30
+        while not state.sockets.active:  # the server took it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        while state.sockets.active:  # then it gave up on it
+            assert time.monotonic() < deadline, "the stalled client was never cut"
+            time.sleep(0.1)
+        wait_until_idle()
+        assert state.metrics.in_flight == 0
+        reader.settimeout(10)
+        received = 0
+        while chunk := reader.recv(1 << 16):
+            received += len(chunk)
+        reader.close()
+    whole = 20 * 375 * FRAME_SAMPLES * 2  # what all of it would have been
+    assert received < whole / 4
