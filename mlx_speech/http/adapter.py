@@ -151,8 +151,7 @@ class AudioResponse:
         item = first
         while item is not None:
             if isinstance(item, SegmentEnded | Seam):
-                yield self._counted(timeline, resampler.flush())
-                resampler = StreamingResampler(delivery.native_rate, delivery.output_rate)
+                yield self._counted(timeline, resampler.restart())
                 if isinstance(item, SegmentEnded):
                     yield timeline.end_segment(item)
             else:

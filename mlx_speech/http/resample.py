@@ -42,6 +42,9 @@ class StreamingResampler:
         reach = np.arange(self._up)[:, None] + self._up * np.arange(self._span)
         within = reach < taps
         self._bank = np.where(within, fir[np.where(within, reach, 0)], 0).astype(np.float32)
+        self._begin()
+
+    def _begin(self) -> None:
         # The inputs from stream index _history_start; silence before the stream.
         self._history = np.zeros(self._span, dtype=np.float32)
         self._history_start = -self._span
@@ -72,6 +75,13 @@ class StreamingResampler:
         silence = np.zeros((self._span, *self._history.shape[1:]), np.float32)
         self._history = np.concatenate([self._history, silence])
         return self._emit(total)
+
+    def restart(self) -> np.ndarray:
+        """``flush()``, then a new stream through the same filter: where one
+        part of a text with pauses ends, so a pause stays exact silence."""
+        tail = self.flush()
+        self._begin()
+        return tail
 
     def _emit(self, until: int) -> np.ndarray:
         """Outputs up to ``until``, one phase of the filter bank at a time:
@@ -111,8 +121,7 @@ def resampled_parts(stream: Any, rate_in: int, rate_out: int) -> Iterator[np.nda
     resampler = StreamingResampler(rate_in, rate_out)
     for event in events:
         if isinstance(event, Seam):
-            yield resampler.flush()
-            resampler = StreamingResampler(rate_in, rate_out)
+            yield resampler.restart()
         else:
             yield resampler.process(event.samples)
     yield resampler.flush()

@@ -27,6 +27,7 @@ import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..audio import Audio
+from ..captions import Timeline
 from ..errors import shown
 from ..formats import encode_whole
 from ..pauses import Seam
@@ -91,7 +92,6 @@ class SentenceAudio:
         self.rate = request.sample_rate or native_rate
         self._format = request.response_format
         self._progressive = config.stream_audio
-        self._native_rate = native_rate
         self._resampler = StreamingResampler(native_rate, self.rate)
         self._held: list[np.ndarray] = []
         self.samples = 0
@@ -109,9 +109,7 @@ class SentenceAudio:
     def seam(self) -> bytes:
         """A part of the segment ended (a pause begins or ends): the
         resampler starts afresh, so the pause stays exact silence."""
-        rest = self._resampler.flush()
-        self._resampler = StreamingResampler(self._native_rate, self.rate)
-        return self.add_resampled(rest)
+        return self.add_resampled(self._resampler.restart())
 
     def finish(self) -> bytes:
         data = self.add_resampled(self._resampler.flush())
@@ -412,7 +410,8 @@ class SpeechSocket:
         started: SegmentStarted | None = None
         audio: SentenceAudio | None = None
         sent = count = 0
-        place = _Place()  # where each sentence lies in the utterance's audio
+        # where each sentence lies in the utterance's audio (its caption)
+        timeline = Timeline(config.request.sample_rate or native_rate)
         while True:
             try:
                 event = await _next_event(events)
@@ -424,12 +423,12 @@ class SpeechSocket:
                 if started is None:
                     return count
                 done = _done_message(utterance, started.index, sent, True)
-                await self._send({**done, **place.of(audio)})
+                await self._send({**done, **_caption(timeline, audio, started)})
                 return count + 1
             if isinstance(event, SegmentStarted):
                 started, audio, sent = event, SentenceAudio(config, native_rate), 0
                 start = self._start_message(utterance, event, audio, config)
-                await self._send({**start, "start_sample": place.start})
+                await self._send({**start, "start_sample": timeline.samples})
             elif isinstance(event, Audio):
                 sent += await self._send_audio(audio.add(event.samples))
             elif isinstance(event, Seam):
@@ -437,7 +436,7 @@ class SpeechSocket:
             elif isinstance(event, SegmentEnded):
                 sent += await self._send_audio(audio.finish())
                 done = _done_message(utterance, event.index, sent, False)
-                await self._send({**done, **place.of(audio)})
+                await self._send({**done, **_caption(timeline, audio, event)})
                 started, count = None, count + 1
 
     def _start_message(self, utterance, event, audio, config) -> dict:
@@ -498,17 +497,14 @@ class SpeechSocket:
         self._tasks.cancel_scope.cancel()
 
 
-class _Place:
-    """Where the sentences of an utterance lie in its audio, in samples at
-    the output rate (the caption of each)."""
-
-    def __init__(self):
-        self.start = 0
-
-    def of(self, audio: SentenceAudio) -> dict:
-        """The sentence just ended: its start and end; the next starts there."""
-        start, self.start = self.start, self.start + audio.samples
-        return {"start_sample": start, "end_sample": self.start}
+def _caption(
+    timeline: Timeline, audio: SentenceAudio, segment: SegmentStarted | SegmentEnded
+) -> dict:
+    """The sentence just ended (``audio``, at the output rate): its start
+    and end in the utterance's audio; the next starts there."""
+    timeline.count(audio.samples)
+    caption = timeline.end_segment(SegmentEnded(segment.index, segment.text))
+    return {"start_sample": caption.start, "end_sample": caption.end}
 
 
 async def _next_event(events) -> Any:

@@ -49,3 +49,23 @@ def test_a_tone_keeps_its_level_and_one_past_the_new_nyquist_is_removed(rates):
     past = 1.25 * rate_out / 2  # would alias into the band
     if past < rate_in / 2:
         assert level(past) < 1e-3
+
+
+def test_a_restart_is_a_new_stream_through_the_same_filter():
+    rng = np.random.default_rng(4)
+    first, second = (rng.standard_normal(n).astype(np.float32) for n in (3001, 1999))
+
+    def alone(samples):
+        fresh = StreamingResampler(48000, 24000)
+        return np.concatenate([fresh.process(samples), fresh.flush()])
+
+    reused = StreamingResampler(48000, 24000)
+    parts = [
+        reused.process(first),
+        reused.restart(),
+        reused.process(second),
+        reused.flush(),
+    ]
+    np.testing.assert_array_equal(
+        np.concatenate(parts), np.concatenate([alone(first), alone(second)])
+    )
