@@ -330,3 +330,19 @@ def test_a_client_that_reads_nothing_is_cut_and_frees_the_model(
         reader.close()
     whole = 20 * 375 * FRAME_SAMPLES * 2  # what all of it would have been
     assert received < whole / 4
+
+
+def test_connections_past_the_bound_are_closed_unread(speaking_dir, nano_backend, tmp_path):
+    with own_server(speaking_dir, nano_backend, tmp_path, max_connections=1) as running:
+        port = running.app.state.wyoming_port
+        with socket.create_connection(("127.0.0.1", port)) as first:
+            deadline = time.monotonic() + 10
+            while not running.app.state.sockets.active:  # the first holds the place
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            with socket.create_connection(("127.0.0.1", port)) as second:
+                second.settimeout(10)
+                assert second.recv(1) == b""  # closed at once, nothing said
+            first.sendall(json.dumps(Ping("here").event().to_dict()).encode() + b"\n")
+            first.settimeout(10)
+            assert b"pong" in first.recv(4096)
