@@ -24,7 +24,8 @@ so it never rots). It reports, and writes as JSON:
 - audio seconds per second of one stream and of ``--concurrency`` at once;
 - the most MLX memory each side's stream took above what was resident
   (both models' weights);
-- the primitives and host syncs of a frame step (``graph_cost``).
+- the primitives and host syncs of a frame step, and the ms the host takes
+  to build one (``graph_cost``).
 """
 
 from __future__ import annotations
@@ -240,8 +241,12 @@ def _memory_taken(run) -> float:
 
 
 def frame_cost(model, frames: int = 4) -> dict:
-    """Primitives evaluated and host syncs per greedy frame, alone."""
-    from graph_cost import GraphCost
+    """Primitives evaluated and host syncs per greedy frame, alone, and the
+    median ms the host takes to build a frame before queuing it (on a GPU,
+    the device idles if building outlasts its computing the codes)."""
+    import statistics
+
+    from graph_cost import BuildTime, GraphCost
 
     from mlx_speech.families.moss_nano.loop import FrameJob, MlxFrameStep
     from mlx_speech.families.moss_nano.sampling import KeySequence
@@ -254,10 +259,16 @@ def frame_cost(model, frames: int = 4) -> dict:
         for _ in range(frames):
             stepper.step([job])
         mx.eval(job.inputs, job.history.seen)
+    with BuildTime() as build:
+        for _ in range(frames):
+            build.start()
+            stepper.step([job])
+    mx.eval(job.inputs, job.history.seen)
     return {
         "primitives": round(cost.primitives / frames),
         "computing": round(cost.computing / frames),
         "syncs": round((cost.syncs - 1) / frames, 2),
+        "host_build_ms": round(statistics.median(build.seconds) * 1000, 2),
     }
 
 

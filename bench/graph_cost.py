@@ -12,13 +12,15 @@ evaluated is a node). A sync is one of those calls but ``mx.async_eval``:
 the host stops until the device has computed what it asked for. Views
 (reshapes, transposes, slices, broadcasts) cost no kernel on a GPU, so
 ``computing`` leaves them out; on MLX's CPU backend every primitive is a task
-its scheduler runs. The walk takes time, so time the same work apart.
+its scheduler runs. The walk takes time, so time the same work apart:
+``BuildTime`` does, for the host's share of it.
 """
 
 from __future__ import annotations
 
 import io
 import re
+import time
 from collections import Counter
 
 import mlx.core as mx
@@ -86,6 +88,42 @@ class GraphCost:
         mx.async_eval = self._originals.pop("async_eval")
         for name, method in self._originals.items():
             setattr(mx.array, name, method)
+
+
+class BuildTime:
+    """How long the host takes to build each piece of work before handing it
+    to the device: from each ``start()`` to the first evaluation after it
+    (``mx.async_eval`` or ``mx.eval``). While the device runs the last piece,
+    this is what the host must fit in to keep it busy."""
+
+    def __init__(self):
+        self.seconds: list[float] = []
+        self._started: float | None = None
+        self._originals: dict = {}
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+
+    def _evaluating(self) -> None:
+        if self._started is not None:
+            self.seconds.append(time.perf_counter() - self._started)
+            self._started = None
+
+    def __enter__(self) -> BuildTime:
+        self._originals = {"eval": mx.eval, "async_eval": mx.async_eval}
+
+        def timed(evaluate):
+            def run(*trees):
+                self._evaluating()
+                return evaluate(*trees)
+
+            return run
+
+        mx.eval, mx.async_eval = (timed(f) for f in self._originals.values())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        mx.eval, mx.async_eval = self._originals["eval"], self._originals["async_eval"]
 
 
 def _gather(tree, into: list) -> None:

@@ -23,7 +23,9 @@ Prints the best of each and what share of mlx-audio's frame it is, then what
 each MLX part costs the host per frame (``graph_cost``): the primitives it
 evaluates (all, and those that compute), and the times the host waits for
 them, for the lone step (greedy and sampled), a step of ``--batch``, and the
-codec decode (a 16-frame chunk, and a first chunk of one frame). On Linux it
+codec decode (a 16-frame chunk, and a first chunk of one frame); and for the
+steps, the ms the host takes to build a frame before queuing it (while the
+device computes the last frame's codes). On Linux it
 re-runs itself with the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
 """
@@ -93,9 +95,13 @@ def _our_step_ms(model, stepper, frames: int = 16, greedy: bool = True, jobs: in
 def _step_cost(model, stepper, greedy: bool, jobs: int = 1, frames: int = 8):
     """What ``frames`` steps of ``jobs`` requests cost the host, per frame:
     everything each frame evaluates, its tail included (counted by one last
-    evaluation, which is not one of the frames' syncs)."""
+    evaluation, which is not one of the frames' syncs); then, in as many
+    more steps timed apart, the median ms the host takes to build a frame
+    before queuing it."""
+    import statistics
+
     import mlx.core as mx
-    from graph_cost import GraphCost
+    from graph_cost import BuildTime, GraphCost
 
     group = _new_jobs(model, greedy, jobs)
     for _ in range(4):
@@ -110,7 +116,12 @@ def _step_cost(model, stepper, greedy: bool, jobs: int = 1, frames: int = 8):
             stepper.step(group)
         mx.eval(state())
     cost.syncs -= 1
-    return cost, frames
+    with BuildTime() as build:
+        for _ in range(frames):
+            build.start()
+            stepper.step(group)
+    mx.eval(state())
+    return cost, frames, statistics.median(build.seconds) * 1000
 
 
 def _decode_cost(decoder, frames) -> tuple:
@@ -122,15 +133,19 @@ def _decode_cost(decoder, frames) -> tuple:
         decoder.decode_together([(state, frames)])
     with GraphCost() as cost:
         decoder.decode_together([(state, frames)])
-    return cost, len(frames)
+    return cost, len(frames), None
 
 
 def _print_costs(rows) -> None:
-    print(f"{'per frame':44} {'primitives':>10} {'computing':>10} {'syncs':>6}")
-    for name, (cost, frames) in rows.items():
+    print(
+        f"{'per frame':44} {'primitives':>10} {'computing':>10} {'syncs':>6} "
+        f"{'host builds (ms)':>16}"
+    )
+    for name, (cost, frames, build_ms) in rows.items():
+        build = "" if build_ms is None else f"{build_ms:.1f}"
         print(
             f"{name:44} {cost.primitives / frames:10.0f} {cost.computing / frames:10.0f} "
-            f"{cost.syncs / frames:6.2f}"
+            f"{cost.syncs / frames:6.2f} {build:>16}"
         )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .test_parity import FAST_MAX_ABS
@@ -38,7 +39,33 @@ def test_gpu_check_runs_on_the_cpu_and_finds_parity(speaking_dir, tmp_path):
     assert audio["equal_length"] and audio["max_abs_difference"] <= FAST_MAX_ABS
     assert results["frame_cost"]["syncs"] == 1.0
     assert results["frame_cost"]["computing"] > 0
+    assert results["frame_cost"]["host_build_ms"] > 0
     speed = results["speed"]
     assert speed["steady_ms_per_frame_ours"] > 0 and speed["first_audio_s"] > 0
     assert results["many_streams"]["streams"] == 3
     assert results["many_over_one"] > 0
+
+
+def test_graph_cost_counts_what_each_evaluation_runs(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import mlx.core as mx
+    from graph_cost import BuildTime, GraphCost
+
+    a, b = mx.array([1.0, 2.0]), mx.array([3.0, 4.0])
+    mx.eval(a, b)
+    originals = (mx.eval, mx.async_eval, mx.array.tolist)
+    with GraphCost() as cost:
+        total = ((a + b) * a).reshape(2, 1)
+        mx.async_eval(total)
+        assert total.tolist() == [[4.0], [12.0]]
+    assert cost.by_primitive == {"Add": 1, "Multiply": 1, "Reshape": 1}
+    assert (cost.computing, cost.syncs) == (2, 1)  # the reshape is a view
+    assert (mx.eval, mx.async_eval, mx.array.tolist) == originals
+
+    with BuildTime() as build:
+        build.start()
+        time.sleep(0.02)
+        mx.async_eval(a * b)
+        mx.eval(a - b)  # not after a start: not timed
+    assert len(build.seconds) == 1 and build.seconds[0] >= 0.02
+    assert (mx.eval, mx.async_eval) == originals[:2]
