@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .audio import Audio
+from .audio_events import AudioEvents
 from .errors import InvalidRequest
 from .joins import faded
 
@@ -65,7 +66,7 @@ def without_pauses(text: str) -> str:
     return " ".join(PAUSE_TAG.sub(" ", text).split())
 
 
-class PausedStream:
+class PausedStream(AudioEvents):
     """The audio of a text with pauses: each part's stream, opened when the
     one before it has ended, and each pause's silence, in order. Iterating
     gives the ``Audio`` chunks; ``events()`` gives them with a ``Seam``
@@ -83,19 +84,7 @@ class PausedStream:
         self._channels = channels
         self._current: Any = None
         self._cancelled = False
-        self._chunks = self._all(items)
-
-    def __iter__(self) -> PausedStream:
-        return self
-
-    def __next__(self) -> Audio:
-        for event in self._chunks:
-            if isinstance(event, Audio):
-                return event
-        raise StopIteration
-
-    def events(self) -> Iterator[Audio | Seam]:
-        return self._chunks
+        self._events = self._all(items)
 
     def _all(self, items: list) -> Iterator[Audio | Seam]:
         last = len(items) - 1

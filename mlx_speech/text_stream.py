@@ -24,8 +24,8 @@ from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
 
 from .audio import Audio
+from .audio_events import AudioEvents, events_of
 from .captions import Caption, Timeline
-from .pauses import Seam
 from .script import shown_text
 from .segment_marks import SegmentEnded, SegmentStarted
 from .text_segments import TextSegmenter
@@ -68,7 +68,7 @@ class TextFeed:
             yield piece
 
 
-class TextStream:
+class TextStream(AudioEvents):
     """Audio chunks of text read from ``deltas``, segment after segment.
 
     Iterating gives the ``Audio`` chunks, each with the index of its
@@ -98,18 +98,6 @@ class TextStream:
         """The segments read to their end so far: all of them once the
         stream is finished."""
         return list(self._timeline.captions)
-
-    def __iter__(self) -> TextStream:
-        return self
-
-    def __next__(self) -> Audio:
-        for event in self._events:
-            if isinstance(event, Audio):
-                return event
-        raise StopIteration
-
-    def events(self) -> Iterator[Audio | SegmentStarted | SegmentEnded]:
-        return self._events
 
     def _read_events(self) -> Iterator[Any]:
         if self._pipeline.closed:
@@ -171,11 +159,6 @@ class AsyncTextStream:
         self._stream.close()
         if self._pump is not None:
             self._pump.cancel()
-
-
-def _events_of(stream: Any) -> Iterator[Audio | Seam]:
-    """A segment's chunks, with the seams between its parts where it has pauses."""
-    return stream.events() if hasattr(stream, "events") else iter(stream)
 
 
 class _Pipeline:
@@ -251,7 +234,7 @@ class _Pipeline:
         shown = shown_text(text)
         self.output.put(SegmentStarted(index, shown))
         try:
-            for event in _events_of(self._speaking):
+            for event in events_of(self._speaking):
                 if isinstance(event, Audio):
                     event = dataclasses.replace(event, segment=index)
                 self.output.put(event)  # the audio, and the seams of its pauses

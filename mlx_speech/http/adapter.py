@@ -22,6 +22,7 @@ import anyio
 import numpy as np
 
 from ..audio import Audio
+from ..audio_events import events_of
 from ..captions import Caption, Timeline
 from ..engine import ChunkStream
 from ..formats import FORMATS, encode_whole
@@ -66,7 +67,7 @@ class AudioResponse:
         self._chunks = chunks
         # a text stream's events (its chunks, and where each segment ends)
         # or a paused text's (its chunks, and the seams between its parts)
-        self._items = chunks.events() if hasattr(chunks, "events") else chunks
+        self._items = events_of(chunks)
         self._delivery = delivery
         self._audio_seconds = 0.0
         self._first_audio_at: float | None = None

@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import signal
 
+from ..audio_events import events_of
 from ..pauses import Seam
 
 ZERO_CROSSINGS = 16
@@ -117,9 +118,8 @@ class StreamingResampler:
 def resampled_parts(stream: Any, rate_in: int, rate_out: int) -> Iterator[np.ndarray]:
     """A stream's audio at ``rate_out``, resampled afresh after each
     ``Seam`` of a text with pauses (so each pause stays exact silence)."""
-    events = stream.events() if hasattr(stream, "events") else stream
     resampler = StreamingResampler(rate_in, rate_out)
-    for event in events:
+    for event in events_of(stream):
         if isinstance(event, Seam):
             yield resampler.restart()
         else:
