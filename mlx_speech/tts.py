@@ -103,12 +103,15 @@ class TTS:
 
     def resolve_voice(self, voice: Any) -> Any:
         """``voice`` by the one policy (``mlx_speech.voices``), file paths allowed."""
+        return self._resolved(voice, paths=True)
+
+    def _resolved(self, voice: Any, *, paths: bool) -> Any:
         return resolve_voice(
             voice,
             presets=self._service.voices,
             find_saved=self.voice_store.find,
             hint=self._service.voice_hint,
-            paths=True,
+            paths=paths,
             aliases=self.voice_aliases,
         )
 
@@ -285,15 +288,7 @@ class TTS:
 
     def _voice_named(self, name: str) -> Any:
         """An SSML ``<voice name=>``: a voice's name (never a file)."""
-        named = resolve_voice(
-            name,
-            presets=self._service.voices,
-            find_saved=self.voice_store.find,
-            hint=self._service.voice_hint,
-            paths=False,
-            aliases=self.voice_aliases,
-        )
-        return self._service.reusable_voice(named)
+        return self._service.reusable_voice(self._resolved(name, paths=False))
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
