@@ -16,12 +16,8 @@ from mlx_speech.pauses import Pause, split_pauses
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
-from tests.tts.support.silence import (
-    assert_joined,
-    longest_zero_run,
-    socket_pcm,
-    wyoming_pcm,
-)
+from tests.tts.support.silence import assert_joined, longest_zero_run, wyoming_pcm
+from tests.tts.support.socket_client import socket_pcm
 
 SHORT = {"max_new_tokens": 4, "seed": 3}
 RATE = 48000

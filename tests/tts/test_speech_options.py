@@ -17,6 +17,7 @@ from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
 from tests.tts.support.decoding import decode, decode_channels
 from tests.tts.support.server import RunningServer
+from tests.tts.support.socket_client import socket_pcm
 
 FRAME = 960  # samples per frame of the tiny codec at 48 kHz
 GREEDY = {"temperature": 0, "max_new_tokens": 20}
@@ -159,23 +160,9 @@ def test_normalization_cost_is_in_metrics(server):
 # WebSocket
 
 
-def _socket_audio(server, **config) -> bytes:
-    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(url) as ws:
-        ws.send(json.dumps({"type": "session.config", "response_format": "pcm", **config}))
-        ws.send(
-            json.dumps({"type": "input.text", "text": config.pop("text", "Hello there.")})
-        )
-        ws.send(json.dumps({"type": "input.done"}))
-        audio = b""
-        while True:
-            frame = ws.recv(timeout=120)
-            if isinstance(frame, bytes):
-                audio += frame
-            elif json.loads(frame)["type"] == "session.done":
-                return audio
-            elif json.loads(frame)["type"] == "error":
-                raise AssertionError(frame)
+def _socket_audio(server, text: str = "Hello there.", **config) -> bytes:
+    config = {"response_format": "pcm", **config}
+    return socket_pcm(server, config, [text], timeout=120)
 
 
 def test_socket_config_takes_speed(server):

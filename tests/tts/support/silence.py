@@ -1,13 +1,11 @@
-"""Finding silence in what the surfaces send, and getting it from the
-WebSocket and Wyoming, for the pause and SSML tests."""
+"""Finding silence in what the surfaces send, and getting it from
+Wyoming, for the pause and SSML tests."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import numpy as np
-from websockets.sync.client import connect
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 
@@ -17,23 +15,6 @@ def longest_zero_run(pcm: bytes) -> int:
     zero = np.frombuffer(pcm, dtype="<i2") == 0
     edges = np.flatnonzero(np.diff(np.concatenate([[0], zero.astype(int), [0]])))
     return int(max(edges[1::2] - edges[::2], default=0))
-
-
-def socket_pcm(server, config: dict, pieces: list[str]) -> bytes:
-    """One utterance's PCM over the WebSocket (``config`` asks for pcm)."""
-    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(url) as ws:
-        ws.send(json.dumps({"type": "session.config", **config}))
-        for piece in pieces:
-            ws.send(json.dumps({"type": "input.text", "text": piece}))
-        ws.send(json.dumps({"type": "input.done"}))
-        pcm = b""
-        while True:
-            frame = ws.recv(timeout=60)
-            if isinstance(frame, bytes):
-                pcm += frame
-            elif json.loads(frame)["type"] == "session.done":
-                return pcm
 
 
 def wyoming_pcm(port: int, synthesize: Event) -> bytes:
