@@ -217,13 +217,22 @@ def _normalize(body: dict) -> bool | None:
     return normalize
 
 
+def _switch(body: dict, name: str, default: bool | None) -> bool | None:
+    """``body[name]``, which must be true or false; ``default`` when it is
+    absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(name, f"{name} must be true or false")
+    return value
+
+
 def _delivery(body: dict) -> str:
     """OpenAI's default (a streamed file) when neither field is sent;
     vLLM-Omni's meaning of ``stream`` when only it is sent; ``stream_format``
     decides whenever it is sent."""
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("stream", "stream must be true or false")
+    stream = _switch(body, "stream", None)
     stream_format = body.get("stream_format")
     if stream_format is None:
         if stream is None:
@@ -268,12 +277,7 @@ def parse_captioned_request(body: Any, rules: RequestRules) -> SpeechRequest:
     object) and ``return_timestamps`` (default true)."""
     if not isinstance(body, dict):
         raise _bad("body", "the request body must be a JSON object")
-    stream, timestamps = (
-        True if body.get(name) is None else body[name] for name in _KOKORO_SWITCHES
-    )
-    for name, value in (("stream", stream), ("return_timestamps", timestamps)):
-        if not isinstance(value, bool):
-            raise _bad(name, f"{name} must be true or false")
+    stream, timestamps = (_switch(body, name, True) for name in _KOKORO_SWITCHES)
     speech = {key: value for key, value in body.items() if key not in _KOKORO_ONLY}
     parsed = parse_speech_request(
         {**speech, "stream_format": "sse", "captions": True}, rules
@@ -301,9 +305,7 @@ def parse_dialogue_request(body: Any, rules: RequestRules) -> SpeechRequest:
         or not 0 <= pause <= 10
     ):
         raise _bad("pause_between_turns", "pause_between_turns must be 0 to 10 seconds")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("stream", "stream must be true or false")
+    stream = _switch(body, "stream", None)
     spoken = [_turn_ssml(turn, number) for number, turn in enumerate(turns)]
     gap = f'<break time="{pause:.3f}s"/>' if pause > 0 else " "
     speech = {k: v for k, v in body.items() if k not in _DIALOGUE_ONLY}
@@ -333,7 +335,7 @@ def _turn_ssml(turn: Any, number: int) -> str:
     return f"<voice name={quoteattr(voice.strip())}>{said}</voice>"
 
 
-_KOKORO_SWITCHES = ("stream", "return_timestamps")  # default true; null is absent
+_KOKORO_SWITCHES = ("stream", "return_timestamps")  # default true
 _KOKORO_ONLY = ("stream", "stream_format", "return_timestamps", "captions")
 
 
@@ -341,11 +343,8 @@ def _captions(body: dict, delivery: str) -> str | None:
     """``captions: true`` asks for a caption per segment (``split_granularity``:
     sentence, the default, clause or none), sent as SSE events; without it
     ``split_granularity`` is ignored."""
-    captions = body.get("captions")
-    captions = False if captions is None else captions  # null is absent
+    captions = _switch(body, "captions", False)
     split = body.get("split_granularity")
-    if not isinstance(captions, bool):
-        raise _bad("captions", "captions must be true or false")
     if not captions:
         return None
     if delivery != "sse":

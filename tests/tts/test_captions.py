@@ -173,6 +173,16 @@ def test_kokoro_captioned_speech_streams_json_lines_of_one_file(server, response
     assert stamps[-1]["end_time"] == stamps[-1]["end_sample"] / 48000
 
 
+@pytest.mark.parametrize("switch", ["stream", "return_timestamps"])
+def test_kokoro_captioned_speech_switches_are_true_or_false(server, switch):
+    body = {"input": TEXT, switch: "yes", **SHORT}
+    response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=60)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == switch
+    assert error["message"] == f"{switch} must be true or false"
+
+
 def test_kokoro_captioned_speech_whole(server):
     body = {"input": TEXT, "response_format": "wav", "stream": False, **SHORT}
     response = httpx.post(f"{server.url}/dev/captioned_speech", json=body, timeout=60)

@@ -263,6 +263,7 @@ def test_a_reader_that_stops_does_not_delay_a_second_client(server):
         ({"speed": "fast"}, 400, "speed"),
         ({"language": "klingon"}, 400, "language"),
         ({"stream": "yes"}, 400, "stream"),
+        ({"captions": 1, "stream_format": "sse"}, 400, "captions"),
         ({"stream_format": "ws"}, 400, "stream_format"),
         ({"temperature": -1}, 400, "temperature"),
         ({"top_k": "many"}, 400, "top_k"),

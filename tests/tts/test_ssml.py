@@ -213,6 +213,13 @@ def test_kokoros_dialogue_speaks_each_turn_as_it_would_alone(server, reference_c
             timeout=60,
         )
         assert refused.status_code == 400 and "nosuch" in refused.text
+        refused = httpx.post(
+            f"{server.url}/dev/dialogue",
+            json={"turns": [{"voice": "default", "text": "Hi."}], "stream": "no"},
+            timeout=60,
+        )
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"] == "stream must be true or false"
     finally:
         store.remove("grandma")
 
