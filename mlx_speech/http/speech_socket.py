@@ -414,10 +414,9 @@ class SpeechSocket:
         timeline = Timeline(config.request.sample_rate or native_rate)
         while True:
             try:
-                event = await _next_event(events)
+                event = await next_event(events)
             except Exception as error:  # noqa: BLE001 - a segment failed: say so
-                why = "not spoken" if isinstance(error, ValueError) else "generation failed"
-                await self._error(f"{why}: {str(error)[:300]}")
+                await self._error(failure_text(error))
                 event = None
             if event is None:  # the end, a failure, or a cancel mid-sentence
                 if started is None:
@@ -507,8 +506,16 @@ def _caption(
     return {"start_sample": caption.start, "end_sample": caption.end}
 
 
-async def _next_event(events) -> Any:
+async def next_event(events) -> Any:
+    """A stream's next event, read off the event loop; None at its end."""
     return await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
+
+
+def failure_text(error: Exception) -> str:
+    """What a client is told of a segment that failed: its text refused
+    (a ``ValueError``) or its generation."""
+    why = "not spoken" if isinstance(error, ValueError) else "generation failed"
+    return f"{why}: {str(error)[:300]}"
 
 
 def _done_message(utterance: Utterance, index: int, total_bytes: int, error: bool) -> dict:

@@ -46,7 +46,12 @@ from ..errors import shown
 from ..http.admission import admit
 from ..http.errors import ApiError
 from ..http.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
-from ..http.speech_socket import MAX_UTTERANCES_WAITING, StalledReader
+from ..http.speech_socket import (
+    MAX_UTTERANCES_WAITING,
+    StalledReader,
+    failure_text,
+    next_event,
+)
 from ..pcm import to_pcm16
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
@@ -231,11 +236,10 @@ class WyomingSession:
         events = utterance.stream.events()
         while True:
             try:
-                event = await _next_event(events)
+                event = await next_event(events)
             except Exception as error:  # noqa: BLE001 - a sentence failed: say so
-                why = "not spoken" if isinstance(error, ValueError) else "generation failed"
                 await self._send_all(audio.stop())
-                await self._error(f"{why}: {str(error)[:300]}")
+                await self._error(failure_text(error))
                 break
             if event is None:
                 break
@@ -329,7 +333,3 @@ class _AudioCycles:
             return []
         self._open = False
         return [AudioStop(timestamp=self._samples * 1000 // self._rate).event()]
-
-
-async def _next_event(events) -> Any:
-    return await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
