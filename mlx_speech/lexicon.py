@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from .regular_files import open_regular
 from .xml_documents import XmlError, local_name, parse
 
 MAX_LEXICON_BYTES = 4 * 1024 * 1024
@@ -60,9 +61,11 @@ class Lexicon:
 def load_lexicon(path: str | Path) -> Lexicon:
     path = Path(path)
     try:
-        data = path.read_bytes()[: MAX_LEXICON_BYTES + 1]
+        with open_regular(path) as handle:  # a FIFO or a device would not end
+            data = handle.read(MAX_LEXICON_BYTES + 1)
     except OSError as error:
-        raise LexiconError(f"cannot read the lexicon {path}: {error.strerror}") from None
+        why = error.strerror or "it is not a regular file"
+        raise LexiconError(f"cannot read the lexicon {path}: {why}") from None
     if len(data) > MAX_LEXICON_BYTES:
         raise LexiconError(f"the lexicon {path} is larger than {MAX_LEXICON_BYTES} bytes")
     try:

@@ -3,12 +3,14 @@ that takes one (Python, the CLI's speak and normalize, the server)."""
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import numpy as np
 import pytest
 
 import mlx_speech
-from mlx_speech.lexicon import Lexicon, LexiconError, load_lexicon
+from mlx_speech.lexicon import MAX_LEXICON_BYTES, Lexicon, LexiconError, load_lexicon
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
@@ -82,6 +84,17 @@ def test_a_lexicon_that_cannot_be_used_is_refused_saying_where(tmp_path, content
     with pytest.raises(LexiconError, match="the lexicon .*bad.pls") as refused:
         load_lexicon(path)
     assert said in str(refused.value)
+
+
+def test_a_lexicon_is_read_only_from_a_regular_file_within_its_bound(tmp_path):
+    fifo = tmp_path / "words.fifo"
+    os.mkfifo(fifo)  # no writer: reading it would wait for ever
+    with pytest.raises(LexiconError, match="words.fifo: it is not a regular file"):
+        load_lexicon(fifo)
+    large = tmp_path / "large.txt"
+    large.write_bytes(b"# " + b"x" * MAX_LEXICON_BYTES)
+    with pytest.raises(LexiconError, match=f"larger than {MAX_LEXICON_BYTES} bytes"):
+        load_lexicon(large)
 
 
 def test_normalize_shows_the_lexicon_before_the_reading_out(tmp_path):
