@@ -83,15 +83,15 @@ def load_lexicon(path: str | Path) -> Lexicon:
 
 def _pls_entries(text: str) -> list[tuple[str, str]]:
     root = parse(text)
-    if local_name(root) != "lexicon":
-        raise LexiconError(f"its root is <{local_name(root)}>, not a PLS <lexicon>")
+    if local_name(root.tag) != "lexicon":
+        raise LexiconError(f"its root is <{local_name(root.tag)}>, not a PLS <lexicon>")
     entries = []
     for number, lexeme in enumerate(root, start=1):
-        if local_name(lexeme) != "lexeme":
+        if local_name(lexeme.tag) != "lexeme":
             continue
-        parts = {local_name(part): [] for part in lexeme}
+        parts = {local_name(part.tag): [] for part in lexeme}
         for part in lexeme:
-            parts[local_name(part)].append("".join(part.itertext()))
+            parts[local_name(part.tag)].append("".join(part.itertext()))
         if not parts.get("alias"):
             raise LexiconError(
                 f"lexeme {number} has no <alias>: only aliases are said (phonemes are not)"

@@ -112,8 +112,8 @@ def parse_ssml(text: str) -> Script:
         root = parse(text, max_depth=MAX_DEPTH)
     except XmlError as error:
         raise SsmlError(f"SSML: {error}") from None
-    if local_name(root) != "speak":
-        raise SsmlError(f"SSML: the root is <{local_name(root)}>, not <speak>")
+    if local_name(root.tag) != "speak":
+        raise SsmlError(f"SSML: the root is <{local_name(root.tag)}>, not <speak>")
     script = Script()
     builder = _Builder(script)
     builder.element(root, Voicing())
@@ -130,7 +130,7 @@ class _Builder:
         self._voicing = Voicing()
 
     def element(self, element: Element, voicing: Voicing) -> None:
-        name = local_name(element)
+        name = local_name(element.tag)
         self._note_ignored(element, name)
         if name == "break":
             self.end_part()
@@ -174,7 +174,7 @@ class _Builder:
             return
         for attribute in element.attrib:
             if attribute not in read:
-                _add(self._script.ignored, f"{name}@{local_name_of(attribute)}")
+                _add(self._script.ignored, f"{name}@{local_name(attribute)}")
 
 
 def _voicing_of(element: Element, name: str, voicing: Voicing) -> Voicing:
@@ -236,10 +236,6 @@ def _ordinal(number: int) -> str:
     else:
         suffix = {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
     return f"{number}{suffix}"
-
-
-def local_name_of(attribute: str) -> str:
-    return attribute.rpartition("}")[2]
 
 
 def _add(names: list[str], name: str) -> None:

@@ -66,6 +66,6 @@ def _clark(name: str) -> str:
     return "{" + name if "}" in name else name
 
 
-def local_name(element: ElementTree.Element) -> str:
-    """The tag without its ``{namespace}``."""
-    return element.tag.rpartition("}")[2]
+def local_name(name: str) -> str:
+    """A tag or attribute name without its ``{namespace}``."""
+    return name.rpartition("}")[2]
