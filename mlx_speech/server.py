@@ -392,15 +392,24 @@ async def audio_models(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    slot: ModelSlot = request.app.state.slot
+    """The model's state and each protocol's listener; 503 while the model is
+    not ready or a listener has stopped, so a supervisor can restart it."""
+    state = request.app.state
+    slot: ModelSlot = state.slot
+    listeners = {"http": "serving", **state.listeners}
+    down = [name for name, status in listeners.items() if status != "serving"]
     if slot.error is not None:
-        return JSONResponse({"status": "failed", "error": str(slot.error)}, status_code=503)
-    if slot.tts is None:
-        return JSONResponse({"status": "loading"}, status_code=503)
-    tts = slot.tts
-    return JSONResponse(
-        {"status": "ok", "model": slot.id, "backend": tts.backend, "device": tts.device}
-    )
+        answer = {"status": "failed", "error": str(slot.error)}
+    elif down:
+        names = " and ".join(down)
+        answer = {"status": "failed", "error": f"the {names} listener is not serving"}
+    elif slot.tts is None:
+        answer = {"status": "loading"}
+    else:
+        tts = slot.tts
+        answer = {"status": "ok", "model": slot.id, "backend": tts.backend, "device": tts.device}
+    status_code = 200 if answer["status"] == "ok" else 503
+    return JSONResponse({**answer, "listeners": listeners}, status_code=status_code)
 
 
 async def prometheus(request: Request) -> Response:
@@ -476,6 +485,7 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     app.state.engine = shared_engine()
     app.state.shutdown = Shutdown()
     app.state.sockets = OpenSockets()
+    app.state.listeners = {}  # protocol → "serving", "stopped" or "failed: why"
     app.state.started = int(time.time())
     app.state.store = VoiceStore(settings.voices_dir)
     app.state.store.sweep()

@@ -376,8 +376,9 @@ def _other_routes() -> dict[str, Any]:
         "/v1/models": get("The loaded model (OpenAI's list shape)"),
         "/v1/audio/models": get("The speech models, as Open WebUI lists them"),
         "/health": get(
-            "200 when ready, with the model, its backend (mlx or host) and MLX's "
-            "device (cpu or gpu); 503 while loading or when loading failed"
+            "200 when ready, with the model, its backend (mlx or host), MLX's "
+            "device (cpu or gpu) and each protocol's listener; 503 while loading, "
+            "when loading failed or when a listener has stopped"
         ),
         "/metrics": get("Prometheus text", "text/plain"),
         "/openapi.json": get("This document"),

@@ -1,10 +1,15 @@
 """The Wyoming protocol (Home Assistant's) beside HTTP: ``mlx-speech serve
 --wyoming-port PORT``. ``serve_wyoming`` listens and runs a ``session`` per
-connection, on the server's event loop, with its state, limits and stop."""
+connection, on the server's event loop, with its state, limits and stop.
+
+Whatever happens in one connection ends there: the listener goes on serving
+the others, and ``state.listeners`` says whether it is serving (``/health``
+reads it)."""
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import anyio
@@ -12,14 +17,20 @@ import anyio.abc
 
 from .session import WyomingSession
 
+if sys.version_info < (3, 11):
+    from exceptiongroup import ExceptionGroup
+
 log = logging.getLogger("mlx_speech.server")
+
+LISTENER = "wyoming"  # its name in ``state.listeners``
 
 
 async def serve_wyoming(
     state: Any, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """Listen on ``state.settings``' Wyoming address until cancelled; tells
-    ``task_status`` the port it listens on."""
+    ``task_status`` the port it listens on. Should the listener itself fail,
+    ``state.listeners`` says so and the rest of the server goes on."""
     settings = state.settings
     host = settings.wyoming_host or settings.host
     listener = await anyio.create_tcp_listener(
@@ -38,10 +49,22 @@ async def serve_wyoming(
         state.sockets.opened()  # a stopping server waits for it
         try:
             await WyomingSession(connection, state).run()
+        except Exception:  # a bug in one connection: it alone ends
+            log.exception("a Wyoming connection failed; the listener goes on")
         finally:
             open_connections -= 1
             state.sockets.closed()
 
     task_status.started(port)
-    async with listener:
-        await listener.serve(session)
+    state.listeners[LISTENER] = "serving"
+    ended = "stopped"
+    try:
+        async with listener:
+            await listener.serve(session)
+    except Exception as error:
+        log.exception("the Wyoming listener stopped")
+        while isinstance(error, ExceptionGroup):  # the listener's task group's
+            error = error.exceptions[0]
+        ended = f"failed: {error!r}"
+    finally:
+        state.listeners[LISTENER] = ended

@@ -81,7 +81,7 @@ def _length(header: dict, name: str, most: int) -> int:
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         parsed = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser
         raise FramingError(f"{what} is not JSON") from None
     if not isinstance(parsed, dict):
         raise FramingError(f"{what} is not a JSON object")

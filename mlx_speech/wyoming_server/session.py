@@ -21,6 +21,7 @@ is being spoken (``--socket-idle-timeout``), and the graceful stop.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,9 @@ from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info
 from .requests import BadEvent, SpeechAsked, speech_asked
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -103,8 +107,9 @@ class WyomingSession:
                         self._open.cancel()
                     self._turns_in.close()
                 watchers.cancel_scope.cancel()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, StalledReader):
-            pass  # the client has gone, or reads nothing
+        except Exception as error:
+            if not _departure(error):
+                raise
         finally:
             for utterance in self._utterances:
                 utterance.cancel()
@@ -296,6 +301,23 @@ class WyomingSession:
                 log.debug("a Wyoming connection said nothing for %.0f s; closed", quiet)
                 scope.cancel()
                 return
+
+
+# The client has gone (closed, reset), or reads nothing.
+_DEPARTURES = (
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    ConnectionError,
+    StalledReader,
+)
+
+
+def _departure(error: BaseException) -> bool:
+    """Whether ``error`` (or every error of a group) says only that the
+    client left; task groups gather them into groups."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(_departure(one) for one in error.exceptions)
+    return isinstance(error, _DEPARTURES)
 
 
 class _AudioCycles:

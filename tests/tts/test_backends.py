@@ -104,6 +104,7 @@ def test_health_names_the_backend_and_device(speaking_dir):
         "model": speaking_dir.name,
         "backend": "mlx",
         "device": "cpu",
+        "listeners": {"http": "serving"},
     }
 
 

@@ -434,7 +434,10 @@ def test_health_and_speech_answer_503_while_loading(speaking_dir):
     settings = ServerSettings(model=str(speaking_dir))
     with RunningServer(settings, load=slow_load, wait_until_healthy=False) as running:
         try:
-            assert httpx.get(f"{running.url}/health").json() == {"status": "loading"}
+            assert httpx.get(f"{running.url}/health").json() == {
+                "status": "loading",
+                "listeners": {"http": "serving"},
+            }
             busy = speech(running)
             assert (
                 busy.status_code == 503

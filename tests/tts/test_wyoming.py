@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -28,9 +29,10 @@ from wyoming.tts import (
 )
 
 from mlx_speech.server import ServerSettings
+from mlx_speech.wyoming_server.session import WyomingSession
 from tests.tts.support.cli import MLX_SPEECH
 from tests.tts.support.idle import wait_until_idle
-from tests.tts.support.server import RunningServer
+from tests.tts.support.server import RunningServer, assert_speaks
 
 FRAME_SAMPLES = 960  # the tiny codec's samples a frame, at 48 kHz
 MAX_CHARS = 300
@@ -346,3 +348,96 @@ def test_connections_past_the_bound_are_closed_unread(speaking_dir, nano_backend
             first.sendall(json.dumps(Ping("here").event().to_dict()).encode() + b"\n")
             first.settimeout(10)
             assert b"pong" in first.recv(4096)
+
+
+def ping_answered(port: int) -> bool:
+    """Whether a new connection to ``port`` gets its ``pong``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(json.dumps(Ping("here").event().to_dict()).encode() + b"\n")
+        return b"pong" in client.recv(4096)
+
+
+def hang_up(port: int, data: bytes, reset: bool, after_audio: bool) -> None:
+    """Sends ``data`` and goes: a close, or a reset (RST), at once or after
+    the first bytes of the answer."""
+    client = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if reset:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.sendall(data)
+    if after_audio:
+        client.recv(1)
+    client.close()
+
+
+@pytest.mark.parametrize("after_audio", [False, True], ids=["at-once", "mid-audio"])
+@pytest.mark.parametrize("reset", [False, True], ids=["close", "reset"])
+def test_clients_that_hang_up_leave_the_port_serving(server, reset, after_audio):
+    port = server.app.state.wyoming_port
+    asked = Synthesize("Hello there. " * 5) if after_audio else Ping("bye")
+    data = json.dumps(asked.event().to_dict()).encode() + b"\n"
+    for _ in range(100 if not after_audio else 20):
+        hang_up(port, data, reset, after_audio)
+    assert ping_answered(port)
+    assert httpx.get(f"{server.url}/health", timeout=5).json()["listeners"]["wyoming"] == (
+        "serving"
+    )
+    wait_until_idle()
+    assert server.app.state.metrics.in_flight == 0
+
+
+def test_a_header_nested_past_the_parser_is_bad_framing(server):
+    nested = b'{"type": "ping", "x": ' + b"[" * 50_000 + b"\n"
+    events, closed = raw_exchange(server, nested)
+    assert [event.type for event in events] == ["error"] and closed
+    assert events[0].data["code"] == "bad-framing"
+    assert ping_answered(server.app.state.wyoming_port)
+
+
+def test_a_failing_connection_ends_alone(server, monkeypatch):
+    real = WyomingSession._handle
+
+    async def failing(self, event):
+        if event.type == "boom":
+            raise RuntimeError("a bug met by one connection")
+        await real(self, event)
+
+    monkeypatch.setattr(WyomingSession, "_handle", failing)
+    port = server.app.state.wyoming_port
+    events, closed = raw_exchange(server, b'{"type": "boom"}\n')
+    assert events == [] and closed
+    assert ping_answered(port)
+
+
+def listening_socket_shut(port: int) -> None:
+    """Shuts this process's socket listening on ``port``: its accept fails."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            candidate = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        with candidate:
+            if (
+                candidate.family in (socket.AF_INET, socket.AF_INET6)
+                and candidate.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                and candidate.getsockname()[1] == port
+            ):
+                candidate.shutdown(socket.SHUT_RDWR)
+                return
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_health_says_when_the_wyoming_listener_is_down(speaking_dir, nano_backend, tmp_path):
+    with own_server(speaking_dir, nano_backend, tmp_path) as running:
+        health = httpx.get(f"{running.url}/health", timeout=5)
+        assert health.status_code == 200
+        assert health.json()["listeners"] == {"http": "serving", "wyoming": "serving"}
+        listening_socket_shut(running.app.state.wyoming_port)
+        deadline = time.monotonic() + 10
+        while (health := httpx.get(f"{running.url}/health", timeout=5)).status_code == 200:
+            assert time.monotonic() < deadline, "the listener's end was never seen"
+            time.sleep(0.05)
+        assert health.status_code == 503
+        answer = health.json()
+        assert answer["status"] == "failed" and "wyoming" in answer["error"]
+        assert answer["listeners"]["wyoming"].startswith("failed: OSError("), answer
+        assert_speaks(running)  # HTTP goes on
