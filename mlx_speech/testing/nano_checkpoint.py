@@ -17,7 +17,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import sentencepiece as spm
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_audio.codec.models.moss_audio_tokenizer import (
     AudioTokenizerConfig,
     MossAudioTokenizer,
@@ -69,6 +69,11 @@ class NanoSize:
     layers: int = 2
     heads: int = 2
     inner: int = 64
+    # Scales the global transformer's queries, keys, values and MLP outputs:
+    # at width 32 random layers add too little to the residual for the last
+    # row to depend on the text or the reference, so every input gave the
+    # same codes; at 4 they do (the guard test in tests/tts holds it).
+    mixing_gain: float = 4.0
     text_vocab: int = 256
     n_vq: int = 4
     codebook: int = 64
@@ -93,6 +98,7 @@ FULL = NanoSize(
     layers=12,
     heads=12,
     inner=3072,
+    mixing_gain=1.0,  # it hears its input as initialized
     text_vocab=16384,
     n_vq=16,
     codebook=1024,
@@ -279,6 +285,28 @@ def _stopping_bias(model: Model, direction: mx.array) -> float:
     return STOPPING_TYPICAL_MARGIN / (2 * STOPPING_MARGIN_SCALE) - typical
 
 
+def _amplify_mixing(model: Model, gain: float) -> None:
+    """Scale each global block's attention (queries, keys, values) and MLP
+    output by ``gain``: sharper attention over the prompt, and more of it
+    and of the MLP in the residual."""
+    for block in model.transformer.h:
+        attention, mlp = block.attn, block.mlp
+        attention.c_attn.weight = attention.c_attn.weight * gain
+        attention.c_attn.bias = attention.c_attn.bias * gain
+        mlp.fc_out.weight = mlp.fc_out.weight * gain
+
+
+def _unbias_quantizer(codec: MossAudioTokenizer) -> None:
+    """Zero the quantizer's biases: random ones outweigh its codebooks'
+    entries, and every code decoded to nearly the same audio."""
+    biases = [
+        (name, mx.zeros_like(value))
+        for name, value in tree_flatten(codec.quantizer.parameters())
+        if name.endswith("bias")
+    ]
+    codec.quantizer.update(tree_unflatten(biases))
+
+
 def _tame_codec_output(codec: MossAudioTokenizer, size: NanoSize) -> None:
     """Random weights make enormous waveforms; scale the last projection so the
     decoded audio sits around 0.3 RMS, like speech."""
@@ -309,6 +337,7 @@ def build_nano_checkpoint(
     _train_tokenizer(directory, vocab=min(size.text_vocab - 16, 1000))
     model = Model(ModelConfig.from_dict(config))
     model.tokenizer = load_tokenizer(directory)
+    _amplify_mixing(model, size.mixing_gain)
     if stops:
         direction = _text_head_direction(model, STOPPING_MARGIN_SCALE)
         bias = _stopping_bias(model, direction)
@@ -325,6 +354,7 @@ def build_nano_checkpoint(
     codec = MossAudioTokenizer(AudioTokenizerConfig.from_dict(codec_config))
     # Weight-norm directions start at zero in the class; give them values.
     codec.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.3, codec.parameters()))
+    _unbias_quantizer(codec)
     _tame_codec_output(codec, size)
     _save(codec, directory / "audio_tokenizer" / "model.safetensors")
     return directory
