@@ -120,6 +120,7 @@ def test_python_speech_says_the_lexicons_words(speaking_dir, nano_backend, tmp_p
     plain = mlx_speech.load(speaking_dir, backend=nano_backend)
     said = tts.speak("SQL works.", **SHORT).samples
     np.testing.assert_array_equal(said, plain.speak("sequel works.", **SHORT).samples)
+    assert not np.array_equal(said, plain.speak("SQL works.", **SHORT).samples)
     assert tts.normalized("MSSQL works") == plain.normalized("M S SQL works")
     # text spoken as it is written takes the lexicon once, as one request does
     streamed = np.concatenate(
@@ -127,6 +128,7 @@ def test_python_speech_says_the_lexicons_words(speaking_dir, nano_backend, tmp_p
     )
     once = plain.speak("M S SQL works.", **SHORT).samples
     np.testing.assert_array_equal(streamed, once)
+    assert not np.array_equal(streamed, plain.speak("MSSQL works.", **SHORT).samples)
 
 
 def test_the_server_says_the_lexicons_words(speaking_dir, nano_backend, tmp_path):
@@ -147,3 +149,4 @@ def test_the_server_says_the_lexicons_words(speaking_dir, nano_backend, tmp_path
             return response.content
 
         assert pcm("We run nginx.") == pcm("We run engine x.")
+        assert pcm("We run nginx.") != pcm("We run engine.")

@@ -46,6 +46,8 @@ def test_a_pause_is_exact_silence_between_the_parts_spoken_alone(speaking_tts, s
     after = speaking_tts.speak("world.", speed=speed, **SHORT).samples
     # the pace does not stretch a pause; the parts fade into it, without a click
     assert_joined(said, [before, round(0.7 * RATE), after], edge_samples(RATE))
+    with pytest.raises(AssertionError):  # the parts in the other order
+        assert_joined(said, [after, round(0.7 * RATE), before], edge_samples(RATE))
 
 
 def test_text_spoken_as_written_pauses_in_place_and_captions_without_tags(speaking_tts):

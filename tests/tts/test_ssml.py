@@ -111,6 +111,13 @@ def test_python_speaks_a_document_part_by_part(voiced_tts):
     assert_joined(audio, [alice, silence, bob], edge_samples(RATE))
     # turns that meet without a break are each faded at the join: no click
     assert_joined(together.samples, [alice, bob], edge_samples(RATE))
+    # the model hears both: Bob's turn in the default voice, or Alice's
+    # words in place of his, is not what was said
+    bob_unvoiced = voiced_tts.speak("Hi Alice!", **SHORT).samples
+    alice_again = voiced_tts.speak("Hello Bob.", voice="grandma", **SHORT).samples
+    for wrong in (bob_unvoiced, alice_again):
+        with pytest.raises(AssertionError):
+            assert_joined(audio, [alice, silence, wrong], edge_samples(RATE))
 
 
 def test_a_document_spoken_as_it_is_written_is_spoken_whole(speaking_tts):
@@ -207,6 +214,9 @@ def test_kokoros_dialogue_speaks_each_turn_as_it_would_alone(server, reference_c
             samples(alone("Bye.", "grandma")),
         ]
         assert_joined(samples(answer.content), pieces, edge_samples(RATE))
+        pieces[2] = samples(alone("Hi <Alice>!", "default"))  # the wrong voice
+        with pytest.raises(AssertionError):
+            assert_joined(samples(answer.content), pieces, edge_samples(RATE))
         refused = httpx.post(
             f"{server.url}/dev/dialogue",
             json={"turns": [{"voice": "nosuch", "text": "Hi."}]},
@@ -239,3 +249,5 @@ def test_a_voice_may_be_named_by_an_openai_alias(voiced_tts):
     aliased = voiced_tts.speak(document, **SHORT)
     named = voiced_tts.speak("Hi there.", voice="grandma", **SHORT)
     np.testing.assert_array_equal(aliased.samples, named.samples)
+    unnamed = voiced_tts.speak("Hi there.", **SHORT)
+    assert not np.array_equal(aliased.samples, unnamed.samples)

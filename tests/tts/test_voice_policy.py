@@ -99,3 +99,4 @@ def test_openai_clients_speak_with_an_aliased_saved_voice(speaking_dir, tmp_path
     plain = tts.speak("Hi.", voice="nova", seed=2, max_new_tokens=3).samples
     np.testing.assert_array_equal(aliased, direct)
     np.testing.assert_array_equal(plain, tts.speak("Hi.", seed=2, max_new_tokens=3).samples)
+    assert not np.array_equal(aliased, plain)  # the alias did name the saved voice

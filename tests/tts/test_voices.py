@@ -72,6 +72,8 @@ def test_a_saved_voice_is_encoded_once_then_reuses_its_stored_codes(
     )
     np.testing.assert_array_equal(first.samples, direct.samples)
     np.testing.assert_array_equal(second.samples, direct.samples)
+    unvoiced = voices_tts.speak("Hello there.", seed=3, max_new_tokens=6)
+    assert not np.array_equal(first.samples, unvoiced.samples)
 
 
 def test_a_saved_voice_first_met_in_the_cache_still_stores_its_codes(
