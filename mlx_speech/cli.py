@@ -439,10 +439,10 @@ def _serve(args: argparse.Namespace) -> None:
 
     import mlx_speech
     from mlx_speech.server import create_app, uvicorn_config
+    from mlx_speech.serving.state import server_state
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     settings = server_settings(args)
-    app = create_app(settings, mlx_speech.load)
     address = f"http://{settings.host}:{settings.port}"
     log = logging.getLogger("mlx_speech.server")
     if sys.platform == "linux":  # where MLX's CPU work may lack a fast BLAS
@@ -451,8 +451,9 @@ def _serve(args: argparse.Namespace) -> None:
         log.info(FIRST_COMPILE_NOTICE)
     if not settings.http:
         log.info("loading %s in the background", settings.model)
-        _serve_wyoming_alone(app)
+        _serve_wyoming_alone(server_state(settings, mlx_speech.load))
         return
+    app = create_app(settings, mlx_speech.load)
     log.info(
         "loading %s in the background; listening on %s meanwhile (OpenAI base_url "
         "%s/v1; /health answers 503 until the model is ready)",
@@ -478,15 +479,17 @@ def _serve(args: argparse.Namespace) -> None:
         raise RuntimeError(f"could not serve on {address} (see the log above)")
 
 
-def _serve_wyoming_alone(app) -> None:
-    """The app's lifespan (the model, the engine, the Wyoming listener)
+def _serve_wyoming_alone(state) -> None:
+    """The server's life (the model, the engine, the Wyoming listener)
     without HTTP, until SIGINT or SIGTERM; then what is being spoken may
     finish for the grace, as ``_run_until_signalled`` lets it."""
     import anyio
 
-    from .http.adapter import END_EARLY_SECONDS
+    from .serving.lifetime import serving
+    from .serving.shutdown import END_EARLY_SECONDS
+    from .wyoming_server import serve_wyoming
 
-    state, slot = app.state, app.state.slot
+    slot = state.slot
     grace = state.settings.shutdown_timeout
     stopping = threading.Event()
     slot.on_failure = lambda error: stopping.set()
@@ -497,7 +500,7 @@ def _serve_wyoming_alone(app) -> None:
         state.shutdown.begin(grace)
 
     async def run() -> None:
-        async with app.router.lifespan_context(app):
+        async with serving(state, [serve_wyoming]):
             while not stopping.is_set():
                 await anyio.sleep(0.1)
             deadline = time.monotonic() + grace + END_EARLY_SECONDS
@@ -532,7 +535,7 @@ def _run_until_signalled(server, state, grace_seconds: float) -> None:
     and the process then exits 0, as a service manager expects. uvicorn drops
     WebSocket sessions as soon as it stops, so it is told to stop once they
     have ended themselves (``http.speech_socket``) or the grace has passed."""
-    from .http.adapter import END_EARLY_SECONDS
+    from .serving.shutdown import END_EARLY_SECONDS
 
     stopping = threading.Event()
 

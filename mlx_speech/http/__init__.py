@@ -1,2 +1,3 @@
-"""Pieces of the HTTP transport: request parsing, containers, the ASGI audio
-adapter, metrics and the error shape. ``mlx_speech.server`` assembles them."""
+"""The HTTP adapter on the serving core: the Starlette app (``app``), request
+parsing, containers, the ASGI audio adapter and the error shape.
+``mlx_speech.server`` sets it beside the other protocols."""

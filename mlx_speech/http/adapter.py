@@ -32,13 +32,12 @@ from ..text_stream import TextStream
 from .captioned import CaptionedLines, caption_event, error_line
 from .containers import StreamEncoder
 from .errors import ApiError
-from .metrics import Metrics
+from ..serving.metrics import Metrics
+from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
 from .resample import StreamingResampler
-from .shutdown import SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
 
 log = logging.getLogger("mlx_speech.server")
 
-END_EARLY_SECONDS = 2.0  # to send a stream's end while the server stops
 
 
 class IdleClient(Exception):

@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from ..errors import shown
 from .errors import ApiError
-from .shutdown import STOPPING
+from ..serving.shutdown import STOPPING
 
 _MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers beside the clip
 

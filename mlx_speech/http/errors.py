@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
+from ..serving.refusal import Refusal
+
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -39,6 +41,13 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+
+    @classmethod
+    def refused(cls, refusal: Refusal) -> ApiError:
+        """The core's refusal as HTTP says it: 429 when busy, else 503."""
+        status = 429 if refusal.reason == "busy" else 503
+        headers = {"retry-after": str(refusal.retry_after)}
+        return cls(status, refusal.message, headers=headers)
 
     def body(self) -> dict:
         return {

@@ -35,8 +35,15 @@ from ..pcm import to_pcm16
 from ..text_segments import SPLITS
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from ..tts import TTS
-from .adapter import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
-from .admission import admit
+from ..serving.admission import admit
+from ..serving.connections import (
+    MAX_UTTERANCES_WAITING,
+    StalledReader,
+    failure_text,
+    next_event,
+)
+from ..serving.refusal import Refusal
+from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
 from .errors import ApiError
 from .resample import StreamingResampler
 from .speech_request import RequestRules, SpeechRequest, parse_speech_request
@@ -44,9 +51,6 @@ from .speech_request import RequestRules, SpeechRequest, parse_speech_request
 log = logging.getLogger("mlx_speech.server")
 
 MAX_TEXT_MESSAGE_BYTES = 128 * 1024  # any message but session.config
-# Utterances a session may have sent and not yet had answered; each waits
-# for its turn, and only the one speaking counts toward --max-queue.
-MAX_UTTERANCES_WAITING = 8
 SOCKET_FORMAT = "wav"  # vLLM-Omni's default here (not the HTTP default)
 _CHECKED_TEXT = "Checking the options."
 POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
@@ -118,10 +122,6 @@ class SentenceAudio:
         return encode_whole(np.concatenate(self._held), self.rate, self._format)
 
 
-class StalledReader(Exception):
-    """The client accepted nothing for ``--stream-idle-timeout`` seconds."""
-
-
 class Utterance:
     """The text of one ``input.done``, and the task speaking it."""
 
@@ -139,19 +139,6 @@ class Utterance:
         if self.stream is not None:
             self.stream.close()
             self.feed.end()
-
-
-class OpenSockets:
-    """How many sessions are open: a stopping server waits for them."""
-
-    def __init__(self):
-        self.active = 0
-
-    def opened(self) -> None:
-        self.active += 1
-
-    def closed(self) -> None:
-        self.active -= 1
 
 
 async def refuse(websocket: WebSocket, error: ApiError) -> None:
@@ -395,7 +382,7 @@ class SpeechSocket:
         """Count the utterance in now that its turn came, or refuse it."""
         try:
             admit(self._state)  # the bound of waiting HTTP requests holds here too
-        except ApiError as error:
+        except Refusal as error:
             utterance.cancel()
             utterance.stream = None  # its later pieces are dropped
             await self._error(f"{error.message}; this utterance is dropped")
@@ -504,18 +491,6 @@ def _caption(
     timeline.count(audio.samples)
     caption = timeline.end_segment(SegmentEnded(segment.index, segment.text))
     return {"start_sample": caption.start, "end_sample": caption.end}
-
-
-async def next_event(events) -> Any:
-    """A stream's next event, read off the event loop; None at its end."""
-    return await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
-
-
-def failure_text(error: Exception) -> str:
-    """What a client is told of a segment that failed: its text refused
-    (a ``ValueError``) or its generation."""
-    why = "not spoken" if isinstance(error, ValueError) else "generation failed"
-    return f"{why}: {str(error)[:300]}"
 
 
 def _done_message(utterance: Utterance, index: int, total_bytes: int, error: bool) -> dict:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 import anyio
 import anyio.abc
 
+from ..serving.state import ServerState
 from .session import WyomingSession
 
 if sys.version_info < (3, 11):
@@ -26,7 +26,7 @@ LISTENER = "wyoming"  # its name in ``state.listeners``
 
 
 async def serve_wyoming(
-    state: Any, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    state: ServerState, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """Listen on ``state.settings``' Wyoming address until cancelled; tells
     ``task_status`` the port it listens on. Should the listener itself fail,
@@ -55,8 +55,9 @@ async def serve_wyoming(
             open_connections -= 1
             state.sockets.closed()
 
-    task_status.started(port)
+    state.wyoming_port = port
     state.listeners[LISTENER] = "serving"
+    task_status.started(port)
     ended = "stopped"
     try:
         async with listener:

@@ -44,15 +44,16 @@ from wyoming.tts import (
 
 from ..audio import Audio
 from ..errors import shown
-from ..http.admission import admit
-from ..http.errors import ApiError
-from ..http.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
-from ..http.speech_socket import (
+from ..serving.admission import admit
+from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
     StalledReader,
     failure_text,
     next_event,
 )
+from ..serving.refusal import Refusal
+from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
+from ..serving.state import ServerState
 from ..pcm import to_pcm16
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
@@ -83,7 +84,7 @@ class Utterance:
 
 
 class WyomingSession:
-    def __init__(self, connection: anyio.abc.ByteStream, state: Any):
+    def __init__(self, connection: anyio.abc.ByteStream, state: ServerState):
         self._connection = connection
         self._reader = BufferedByteReceiveStream(connection)
         self._state = state
@@ -164,8 +165,8 @@ class WyomingSession:
     def _tts(self):
         try:
             return self._state.slot.ready()
-        except ApiError as error:  # still loading, or failed to
-            raise BadEvent(error.message, "not-ready") from None
+        except Refusal as refusal:  # still loading, or failed to
+            raise BadEvent(refusal.message, refusal.reason) from None
 
     async def _describe(self) -> None:
         tts = self._tts()
@@ -226,9 +227,8 @@ class WyomingSession:
     async def _admitted(self, utterance: Utterance) -> bool:
         try:
             admit(self._state)  # the bound on requests waiting for the model
-        except ApiError as error:
-            code = "stopping" if error.status == 503 else "busy"
-            await self._error(f"{error.message}; this request is dropped", code)
+        except Refusal as refusal:
+            await self._error(f"{refusal.message}; this request is dropped", refusal.reason)
             return False
         utterance.admitted = True
         return True

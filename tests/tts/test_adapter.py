@@ -12,8 +12,8 @@ import pytest
 from mlx_speech.audio import Audio
 from mlx_speech.engine import Engine
 from mlx_speech.http.adapter import AudioResponse, Delivery
-from mlx_speech.http.metrics import Metrics
-from mlx_speech.http.shutdown import STOPPING, Shutdown
+from mlx_speech.serving.metrics import Metrics
+from mlx_speech.serving.shutdown import STOPPING, Shutdown
 from tests.tts.support.idle import wait_until_idle
 
 

@@ -435,11 +435,11 @@ def test_a_request_still_being_checked_starts_with_one_already_reading(
     """Over HTTP a request is expected from the moment its body is read: a
     request whose stream is already read waits for it, and both take their
     first step together; a request refused meanwhile holds nothing up."""
-    from mlx_speech import server as server_module
+    from mlx_speech.http import app as http_app
 
     monkeypatch.setattr(worker_module, "GATHER_SECONDS", 60.0)
     checking, release = threading.Event(), threading.Event()
-    parse = server_module.parse_speech_request
+    parse = http_app.parse_speech_request
 
     def slow_parse(body, rules):
         if body["input"] == "Checked slowly.":
@@ -447,7 +447,7 @@ def test_a_request_still_being_checked_starts_with_one_already_reading(
             assert release.wait(30)
         return parse(body, rules)
 
-    monkeypatch.setattr(server_module, "parse_speech_request", slow_parse)
+    monkeypatch.setattr(http_app, "parse_speech_request", slow_parse)
     with RunningServer(ServerSettings(model=str(speaking_dir), max_batch=4)) as server:
 
         def speak(text, results):

@@ -16,7 +16,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from mlx_speech.http.speech_request import RequestRules, parse_speech_request
-from mlx_speech.server import ROUTES, ServerSettings
+from mlx_speech.http.app import ROUTES
+from mlx_speech.server import ServerSettings
 from tests.tts.support.server import RunningServer, assert_speaks
 
 

@@ -109,24 +109,3 @@ class Metrics:
             lines += self._batch.lines("mlx_speech_batch_size")
             lines += self._step.lines("mlx_speech_batch_step_seconds")
         return "\n".join(lines) + "\n"
-
-
-class CountedResponses:
-    """ASGI middleware in front of everything: counts every response by
-    status, whichever layer answered (routes, errors, auth, the server)."""
-
-    def __init__(self, app, metrics: Metrics):
-        self._app = app
-        self._metrics = metrics
-
-    async def __call__(self, scope: dict, receive, send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-
-        async def counted(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                self._metrics.response(message["status"])
-            await send(message)
-
-        await self._app(scope, receive, counted)

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .errors import ApiError
+from .refusal import Refusal
 from .shutdown import STOPPING
 
+if TYPE_CHECKING:
+    from .state import ServerState
 
-def admit(state: Any) -> None:
-    """Count a request in, or refuse it (503 stopping, 429 too many waiting)."""
+STOPPING_RETRY_SECONDS = 5
+
+
+def admit(state: ServerState) -> None:
+    """Count a request in, or refuse it (``stopping``, or ``busy`` with too
+    many waiting)."""
     if state.shutdown.started:
-        raise ApiError(503, STOPPING, headers={"retry-after": "5"})
+        raise Refusal("stopping", STOPPING, STOPPING_RETRY_SECONDS)
     waiting = state.metrics.in_flight - state.engine.capacity
     if waiting >= state.settings.max_queue:
-        raise ApiError(
-            429,
+        raise Refusal(
+            "busy",
             f"{waiting} requests are already waiting; try again shortly",
-            headers={"retry-after": str(state.settings.retry_after_seconds)},
+            state.settings.retry_after_seconds,
         )
     state.metrics.request_opened()  # before any await, so the queue bound holds

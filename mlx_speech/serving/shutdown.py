@@ -11,6 +11,7 @@ import anyio
 
 SHUTDOWN_POLL_SECONDS = 0.1
 STOPPING = "the server is shutting down"
+END_EARLY_SECONDS = 2.0  # before the deadline, to send a stream's end
 
 
 class Shutdown:
