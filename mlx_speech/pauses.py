@@ -52,13 +52,19 @@ def split_pauses(text: str) -> list[str | Pause]:
         parts += [text[position : match.start()], pause]
         position = match.end()
     parts.append(text[position:])
+    check_pauses(total)
+    return [part for part in parts if isinstance(part, Pause) or part.strip()]
+
+
+def check_pauses(total: float) -> None:
+    """The one cap on a request's silence, whatever form its pauses take
+    (tags, SSML breaks, a dialogue's gaps)."""
     if total > MAX_PAUSE_SECONDS:
         raise InvalidRequest(
             "text",
             f"the pauses add up to {total:g} s; a request may have at most "
             f"{MAX_PAUSE_SECONDS:g} s of them",
         )
-    return [part for part in parts if isinstance(part, Pause) or part.strip()]
 
 
 def without_pauses(text: str) -> str:

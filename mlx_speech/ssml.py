@@ -22,11 +22,12 @@ Any other element's text is said, and the element is named in ``ignored``
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from xml.etree.ElementTree import Element
 
-from .pauses import Pause
+from .pauses import Pause, check_pauses
 from .xml_documents import XmlError, local_name, parse
 
 MAX_DEPTH = 64
@@ -118,6 +119,7 @@ def parse_ssml(text: str) -> Script:
     builder = _Builder(script)
     builder.element(root, Voicing())
     builder.end_part()
+    check_pauses(sum(part.seconds for part in script.parts if isinstance(part, Pause)))
     return script
 
 
@@ -196,6 +198,8 @@ def _break_seconds(element: Element) -> float:
                 f'SSML: <break time="{time}"> is not a time such as 700ms or 1.5s'
             )
         value = float(match.group(1))
+        if not math.isfinite(value):  # hundreds of digits
+            raise SsmlError(f'SSML: <break time="{time[:40]}…"> is too long a time')
         return value / 1000 if match.group(2).lower() == "ms" else value
     strength = element.get("strength", "medium")
     if strength not in BREAK_STRENGTHS:

@@ -55,7 +55,12 @@ def _path_of(reference: str, param: str) -> str:
 
 def _allowed_file(path: str, root: Path, param: str) -> Path:
     # resolve() follows symlinks and "..", so what is checked is what is read.
-    target = Path(path).resolve()
+    try:
+        target = Path(path).resolve()
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before 3.13)
+        raise ApiError(
+            400, f"{param}: the path cannot be resolved (a symlink loop?)", param=param
+        ) from None
     if not target.is_relative_to(root.resolve()):
         raise ApiError(
             400, f"{param}: the file is outside the allowed media directory", param=param

@@ -65,6 +65,17 @@ def _post_raw(server, text: str) -> httpx.Response:
     )
 
 
+def test_a_symlink_loop_in_ref_audio_is_a_400(server):
+    loop = server.media / "loop.wav"
+    loop.symlink_to(loop)
+    try:
+        response = _post_raw(server, MEDIA.replace("{media}", str(server.media)) + 'loop.wav"}')
+    finally:
+        loop.unlink()
+    _assert_error_shape(response, 400, "ref_audio")
+    assert "cannot be resolved" in response.json()["error"]["message"]
+
+
 def _assert_error_shape(response: httpx.Response, status: int, param: str | None) -> None:
     assert response.status_code == status, response.content[:300]
     error = response.json()["error"]

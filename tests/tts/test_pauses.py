@@ -13,6 +13,7 @@ from wyoming.tts import Synthesize
 
 from mlx_speech.joins import edge_samples
 from mlx_speech.pauses import Pause, split_pauses
+from mlx_speech.script import script_of
 from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
@@ -86,6 +87,28 @@ def test_a_served_pause_is_silence_to_within_a_millisecond(server, rate):
     assert response.status_code == 200
     longest = longest_zero_run(response.content)
     assert abs(longest - 0.7 * rate) <= rate / 1000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<speak>Hi <break time="3600s"/> there.</speak>',
+        "<speak>" + 'Hi <break time="10s"/>' * 7 + "</speak>",
+    ],
+    ids=["one-break", "breaks-together"],
+)
+def test_ssml_breaks_share_the_cap(text):
+    with pytest.raises(ValueError, match="the pauses add up to .* at most 60 s"):
+        script_of(text)
+
+
+def test_a_dialogue_past_the_cap_is_a_400(server):
+    turns = [{"voice": "default", "text": "Hi."}] * 8  # seven 10 s gaps
+    body = {"turns": turns, "pause_between_turns": 10}
+    response = httpx.post(f"{server.url}/dev/dialogue", json=body, timeout=60)
+    assert response.status_code == 400 and "the pauses add up to 70 s" in response.text
+    body["turns"] = turns[:7]  # six: 60 s
+    assert httpx.post(f"{server.url}/dev/dialogue", json=body, timeout=60).status_code == 200
 
 
 def test_pauses_past_the_bound_are_a_400(server):

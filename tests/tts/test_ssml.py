@@ -57,6 +57,7 @@ def test_the_subset_becomes_parts_and_pauses():
     "document, said",
     [
         ("<speak>Hello\n<break time='soon'/></speak>", "is not a time"),
+        ("<speak>Hi<break time='" + "9" * 400 + "s'/></speak>", "is too long a time"),
         ("<speak>Hello\n  <s>unclosed</speak>", "mismatched tag (line 2, column"),
         ("<voice>no speak</voice>", "not <speak>"),
     ],
