@@ -18,7 +18,7 @@ from .families.fields import check_text
 from .families.languages import language_codes
 from .lexicon import Lexicon
 from .normalization import TextNormalizer
-from .pauses import Pause, PausedStream
+from .pauses import Pause, PausedStream, check_pauses
 from .script import Spoken, Voicing, script_of
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
@@ -340,13 +340,15 @@ class TTS:
         resolved = self._service.reusable_voice(self.resolve_voice(voice))
         ignored = self.check("Checking the options.", resolved, **options)
 
-        limit, read_out = self.max_text_chars, 0
+        limit, read_out, paused = self.max_text_chars, 0, 0.0
 
         def speak(text: str) -> PausedStream | ChunkStream | StretchedStream:
-            # the limit holds for the whole stream, as for one request
-            nonlocal read_out
+            # the limits hold for the whole stream, as for one request
+            nonlocal read_out, paused
             script = script_of(text)
             parts = script.parts if script is not None else [Spoken(text, Voicing())]
+            paused += sum(part.seconds for part in parts if isinstance(part, Pause))
+            check_pauses(paused)
             read_parts, read = self._read_parts(parts, options)
             read_out += read
             if limit is not None and read_out > limit:

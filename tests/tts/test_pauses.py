@@ -63,6 +63,18 @@ def test_text_spoken_as_written_pauses_in_place_and_captions_without_tags(speaki
     assert captions[-1].end == len(samples)
 
 
+def test_a_text_streams_pauses_share_the_cap(speaking_tts):
+    """The cap is the stream's, as for one request: the segment that passes
+    it is refused, and what came before it was spoken."""
+    text = "First [pause:40s] one. Second [pause:30s] two."
+    stream = speaking_tts.stream_text([text], max_new_tokens=2, seed=1)
+    spoken = 0
+    with pytest.raises(ValueError, match="the pauses add up to 70 s"):
+        for chunk in stream:
+            spoken += len(chunk.samples)
+    assert spoken >= 40 * RATE
+
+
 @pytest.fixture(scope="module")
 def server(speaking_dir, nano_backend, tmp_path_factory):
     settings = ServerSettings(
