@@ -95,6 +95,7 @@ class WyomingSession:
         self._utterances: list[Utterance] = []  # waiting or speaking, in order
         self._open: Utterance | None = None  # taking synthesize-chunk text
         self._last_heard = time.monotonic()
+        self._last_sent = self._last_heard
 
     async def run(self) -> None:
         try:
@@ -266,6 +267,7 @@ class WyomingSession:
         async with self._send_lock:
             with anyio.move_on_after(self._state.settings.stream_idle_timeout) as waiting:
                 await self._connection.send(data)
+            self._last_sent = time.monotonic()
             if waiting.cancelled_caught:
                 log.warning(
                     "a Wyoming client read nothing for %.0f s; connection closed",
@@ -292,12 +294,15 @@ class WyomingSession:
 
     async def _end_when_idle(self, scope: anyio.CancelScope) -> None:
         """A connection that says nothing for ``--socket-idle-timeout``
-        seconds while nothing is being spoken is closed."""
+        seconds, and is sent nothing meanwhile, is closed unless a request
+        waits for its turn: an open stream whose text stopped coming holds
+        its place in the queue only that long."""
         timeout = self._state.settings.socket_idle_timeout
         while True:
             await anyio.sleep(min(timeout, 1.0))
-            quiet = time.monotonic() - self._last_heard
-            if quiet >= timeout and not self._utterances and self._open is None:
+            quiet = time.monotonic() - max(self._last_heard, self._last_sent)
+            waiting = [one for one in self._utterances if one is not self._open]
+            if quiet >= timeout and not waiting:
                 log.debug("a Wyoming connection said nothing for %.0f s; closed", quiet)
                 scope.cancel()
                 return

@@ -304,6 +304,33 @@ def test_a_quiet_connection_is_closed_and_a_stopping_server_says_so(
         assert (error.code, error.text) == ("stopping", "the server is shutting down")
 
 
+@pytest.mark.parametrize(
+    "text", [None, "Hello there. And then"], ids=["no-text", "a-sentence-and-more"]
+)
+def test_a_stream_whose_text_stops_coming_is_closed_when_idle(
+    speaking_dir, nano_backend, tmp_path, text
+):
+    with own_server(
+        speaking_dir, nano_backend, tmp_path, socket_idle_timeout=1.0
+    ) as running:
+
+        async def abandoned(client):
+            await client.write_event(SynthesizeStart().event())
+            if text is not None:
+                await client.write_event(SynthesizeChunk(text).event())
+            events, started = [], time.monotonic()
+            while (event := await client.read_event()) is not None:
+                events.append(event.type)
+            return events, time.monotonic() - started
+
+        events, waited = talk(running, abandoned)
+        assert 0.9 <= waited < 10
+        if text is not None:  # its sentence was spoken first
+            assert events[0] == "audio-start" and "audio-stop" in events
+        wait_until_idle()
+        assert running.app.state.metrics.in_flight == 0
+
+
 def test_a_client_that_reads_nothing_is_cut_and_frees_the_model(
     speaking_dir, nano_backend, tmp_path
 ):
