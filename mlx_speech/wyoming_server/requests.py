@@ -11,7 +11,7 @@ from typing import Any
 from wyoming.tts import SynthesizeTextFormat
 
 from ..errors import shown
-from ..ssml import is_ssml
+from ..ssml import is_ssml, ssml_verdict
 from ..text_stream import TextFeed, TextStream
 from ..tts import TTS
 from ..voices import UnknownVoiceName, resolve_voice
@@ -29,6 +29,42 @@ class BadEvent(Exception):
 class SpeechAsked:
     text: str | None  # a synthesize's; None: a stream's, which comes in chunks
     open_stream: Callable[[TextFeed], TextStream]  # checks the options (ValueError)
+    ssml: bool = False  # text_format "ssml"
+
+
+class DeclaredSsml:
+    """A stream's text feed when the stream is declared SSML: a text that is
+    a document's content only becomes the document (``<speak>`` …
+    ``</speak>``), as a ``synthesize``'s does, once its start tells which
+    it is; a ``<speak>`` document passes as it is."""
+
+    def __init__(self, feed: TextFeed):
+        self._feed = feed
+        self._held = ""
+        self._closing: str | None = None  # decided: what ends the document
+        self._ended = False
+
+    def put(self, text: str) -> None:
+        if self._closing is None:
+            self._held += text
+            if ssml_verdict(self._held) is None:
+                return
+            text = self._decided()
+        self._feed.put(text)
+
+    def end(self, error: BaseException | None = None) -> None:
+        if error is None and not self._ended:
+            text = self._decided() if self._closing is None else ""
+            self._feed.put(text + self._closing)
+        self._ended = True
+        self._feed.end(error)
+
+    def _decided(self) -> str:
+        """The held text, opened as a document where it is content only."""
+        whole = is_ssml(self._held)
+        self._closing = "" if whole else "</speak>"
+        held, self._held = self._held, ""
+        return held if whole else "<speak>" + held
 
 
 def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAsked:
@@ -51,7 +87,7 @@ def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAs
     def open_stream(feed: TextFeed) -> TextStream:
         return tts.stream_text(feed, voice, **options)
 
-    return SpeechAsked(text, open_stream)
+    return SpeechAsked(text, open_stream, ssml)
 
 
 def _is_ssml_format(text_format: Any) -> bool:

@@ -58,7 +58,7 @@ from ..pcm import to_pcm16
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info
-from .requests import BadEvent, SpeechAsked, speech_asked
+from .requests import BadEvent, DeclaredSsml, SpeechAsked, speech_asked
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -72,7 +72,7 @@ SAMPLE_WIDTH = 2  # bytes: 16-bit PCM
 class Utterance:
     """One request's text on its way to the model."""
 
-    feed: TextFeed
+    feed: TextFeed | DeclaredSsml
     stream: TextStream
     streamed: bool  # synthesize-start's: a cycle a sentence, then synthesize-stopped
     chars: int = 0
@@ -186,7 +186,8 @@ class WyomingSession:
             stream = await anyio.to_thread.run_sync(asked.open_stream, feed)
         except ValueError as error:
             raise BadEvent(f"not spoken: {str(error)[:300]}") from None
-        utterance = Utterance(feed, stream, streamed)
+        text_in = DeclaredSsml(feed) if asked.ssml and asked.text is None else feed
+        utterance = Utterance(text_in, stream, streamed)
         if asked.text is not None:
             utterance.chars = len(asked.text)
             feed.put(asked.text)
@@ -230,6 +231,8 @@ class WyomingSession:
             admit(self._state)  # the bound on requests waiting for the model
         except Refusal as refusal:
             await self._error(f"{refusal.message}; this request is dropped", refusal.reason)
+            if utterance.streamed:  # its client waits for the stream's end
+                await self._send(SynthesizeStopped().event())
             return False
         utterance.admitted = True
         return True

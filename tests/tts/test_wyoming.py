@@ -331,6 +331,22 @@ def test_a_stream_whose_text_stops_coming_is_closed_when_idle(
         assert running.app.state.metrics.in_flight == 0
 
 
+def test_a_stream_refused_as_busy_still_ends_with_synthesize_stopped(
+    speaking_dir, nano_backend, tmp_path
+):
+    with own_server(speaking_dir, nano_backend, tmp_path, max_queue=-(10**6)) as running:
+
+        async def refused(client):
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(SynthesizeChunk("Hello there.").event())
+            await client.write_event(SynthesizeStop().event())
+            return await read_until(client, "synthesize-stopped")
+
+        events = talk(running, refused)
+        assert [event.type for event in events] == ["error", "synthesize-stopped"]
+        assert Error.from_event(events[0]).code == "busy"
+
+
 def test_a_client_that_reads_nothing_is_cut_and_frees_the_model(
     speaking_dir, nano_backend, tmp_path
 ):
