@@ -12,8 +12,10 @@ Matching: whole words (not inside a run of letters, digits or ``_``), except
 that a grapheme with a character of a script written without spaces (Chinese,
 Japanese) matches anywhere. A grapheme with a capital letter matches only as
 written ("SQL" not "sql"); one without matches in any case ("nginx",
-"Nginx", "NGINX"). The longest grapheme wins where several start at one
-place; an alias is not looked up again.
+"Nginx", "NGINX"), each character case-folded one way (``_fold``). The
+longest grapheme wins where several start at one place; an alias is not
+looked up again. The graphemes sit in a trie of folded characters, so a
+text costs the same whatever the lexicon's size.
 """
 
 from __future__ import annotations
@@ -41,21 +43,93 @@ class Lexicon:
             if not written:
                 raise LexiconError("an entry has no written form")
             self.entries[written] = said.strip()
-        self._pattern = _pattern(self.entries) if self.entries else None
-        self._folded = {w.lower(): s for w, s in self.entries.items() if w == w.lower()}
+        self._trie = _trie(self.entries)
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def apply(self, text: str) -> str:
-        if self._pattern is None:
+    def apply(self, text: str, most: int | None = None) -> str:
+        """``text`` with the lexicon's words said otherwise; where ``most``
+        is given, it stops once the result passes ``most`` characters (the
+        caller refuses it then), so no alias is expanded past the bound."""
+        if not self.entries:
             return text
-        return self._pattern.sub(self._said, text)
+        said, size, at = [], 0, 0
+        start = 0  # of the text not yet taken
+        while at < len(text):
+            found = _longest_match(self._trie, text, at)
+            if found is None:
+                at += 1
+                continue
+            end, alias = found
+            said += [text[start:at], alias]
+            size += at - start + len(alias)
+            start = at = end
+            if most is not None and size > most:
+                return "".join(said)
+        said.append(text[start:])
+        return "".join(said)
 
-    def _said(self, match: re.Match) -> str:
-        found = match.group(0)
-        said = self.entries.get(found)
-        return said if said is not None else self._folded[found.lower()]
+
+# A grapheme's entry in the trie: its written form, what is said, and
+# whether it matches in any case and anywhere (a script without spaces).
+_Entry = tuple[str, str, bool, bool]
+_ENTRIES = ""  # a trie node's key for the entries ending there
+
+
+def _fold(character: str) -> str:
+    """One character as a grapheme without capitals matches it: its case
+    folding (the micro sign as the Greek mu, a long s as s) where that is one
+    character, else its lower case where that is."""
+    for folded in (character.casefold(), character.lower()):
+        if len(folded) == 1:
+            return folded
+    return character
+
+
+def _trie(entries: dict[str, str]) -> dict:
+    """The graphemes by their folded characters, one node a character, so
+    that matching costs the same whatever the lexicon's size."""
+    root: dict = {}
+    for written, said in entries.items():
+        node = root
+        for character in written:
+            node = node.setdefault(_fold(character), {})
+        any_case = written == written.lower()
+        anywhere = _UNSPACED.search(written) is not None
+        node.setdefault(_ENTRIES, []).append((written, said, any_case, anywhere))
+    return root
+
+
+def _longest_match(trie: dict, text: str, at: int) -> tuple[int, str] | None:
+    """The end and alias of the longest grapheme matching at ``at``."""
+    best = None
+    node = trie
+    for end in range(at + 1, len(text) + 1):
+        node = node.get(_fold(text[end - 1]))
+        if node is None:
+            break
+        for entry in node.get(_ENTRIES, ()):
+            if _matches(entry, text, at, end):
+                best = (end, entry[1])
+                if entry[0] == text[at:end]:
+                    break  # as written: it wins over a match in another case
+    return best
+
+
+def _matches(entry: _Entry, text: str, at: int, end: int) -> bool:
+    written, _, any_case, anywhere = entry
+    if not any_case and text[at:end] != written:
+        return False
+    if anywhere:
+        return True
+    before = at > 0 and _is_word(text[at - 1])
+    after = end < len(text) and _is_word(text[end])
+    return not before and not after
+
+
+def _is_word(character: str) -> bool:
+    return character.isalnum() or character == "_"
 
 
 def load_lexicon(path: str | Path) -> Lexicon:
@@ -111,17 +185,3 @@ def _line_entries(text: str) -> list[tuple[str, str]]:
             raise LexiconError(f"line {number} is not 'WRITTEN = SAID': {shown_line}")
         entries.append((written, said))
     return entries
-
-
-def _pattern(entries: dict[str, str]) -> re.Pattern:
-    """One alternation, longest first; case-insensitive where a grapheme
-    has no capital letter."""
-    alternatives = []
-    for written in sorted(entries, key=len, reverse=True):
-        escaped = re.escape(written)
-        if written == written.lower():
-            escaped = f"(?i:{escaped})"
-        if not _UNSPACED.search(written):
-            escaped = rf"(?<![\w]){escaped}(?![\w])"
-        alternatives.append(escaped)
-    return re.compile("|".join(alternatives))

@@ -151,7 +151,7 @@ class TTS:
         ``max_text_chars``."""
         written = len(text) if isinstance(text, str) else 0
         if isinstance(text, str) and self.lexicon is not None and normalize is not AS_READ:
-            text = self.lexicon.apply(text)
+            text = self._said_by_lexicon(text, written)
         if not self._normalizes(normalize):
             if isinstance(text, str):
                 self._check_length(text, written)
@@ -163,6 +163,17 @@ class TTS:
         if ref_text is not None and ref_text.strip():
             ref_text = self.normalizer.normalize(ref_text, language)
         return read, ref_text
+
+    def _said_by_lexicon(self, text: str, written: int) -> str:
+        limit = self.max_text_chars
+        said = self.lexicon.apply(text, most=limit)
+        if limit is not None and len(said) > limit:  # cut short as it passed
+            raise InvalidRequest(
+                "text",
+                f"the text is {written} characters and more than {limit} once the "
+                f"lexicon's words are said; the limit is {limit}: send it in parts",
+            )
+        return said
 
     def _check_length(self, text: str, written: int) -> None:
         limit = self.max_text_chars

@@ -46,6 +46,33 @@ def test_words_are_matched_whole_by_the_documented_case_rules():
     assert lexicon.apply("MSSQL") == "M S SQL"  # an alias is not looked up again
 
 
+@pytest.mark.parametrize(
+    "written, text, said",
+    [
+        ("µs", "μs", "said"),  # the micro sign folds to the Greek mu
+        ("ſt", "ST", "said"),
+        ("ϐeta", "Βeta", "said"),
+        ("ẛx", "Ṡx", "said"),
+        ("ıd", "ID", "ID"),  # a dotless i folds to itself, I to i
+    ],
+    ids=["micro-mu", "long-s", "beta", "long-s-dot", "dotless-i"],
+)
+def test_any_case_folds_each_character_one_way(written, text, said):
+    """A match in any case is found and said the same way (a micro sign
+    matched a Greek mu, then its lookup by lower case failed: a 500)."""
+    assert Lexicon([(written, "said")]).apply(f"{text} {written}.") == f"{said} said."
+
+
+def test_an_alias_is_expanded_only_as_far_as_the_bound(speaking_dir, nano_backend):
+    alias = "w" * 10_000
+    lexicon = Lexicon([("x", alias)])
+    assert len(lexicon.apply("x " * 2048, most=4096)) <= 4096 + len(alias) + 2
+    tts = mlx_speech.load(speaking_dir, backend=nano_backend)
+    tts.lexicon, tts.max_text_chars = lexicon, 4096
+    with pytest.raises(ValueError, match="once the lexicon's words are said"):
+        tts.speak("x " * 2048)
+
+
 def test_a_pls_file_and_a_line_file_say_the_same(tmp_path):
     pls, lines = tmp_path / "words.pls", tmp_path / "words.txt"
     pls.write_text(PLS, encoding="utf-8")
