@@ -119,6 +119,8 @@ def parse_ssml(text: str) -> Script:
     builder = _Builder(script)
     builder.element(root, Voicing())
     builder.end_part()
+    if not script.parts:  # as an empty text is refused
+        raise SsmlError("SSML: the document says nothing (no text and no <break>)")
     check_pauses(sum(part.seconds for part in script.parts if isinstance(part, Pause)))
     return script
 
@@ -229,7 +231,7 @@ def _said_as(element: Element) -> str:
     if kind == "telephone":
         groups = re.findall(r"\d+", text)
         return ", ".join(" ".join(group) for group in groups)
-    if kind == "ordinal" and text.strip().isdigit():
+    if kind == "ordinal" and text.strip().isdecimal():  # not "²", which int() refuses
         return _ordinal(int(text.strip()))
     return text  # cardinal, date, time and the rest: the normalization reads them
 

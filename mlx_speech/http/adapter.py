@@ -186,7 +186,10 @@ class AudioResponse:
         if self._delivery.response_format == "pcm":
             headers["x-audio-bits"] = "16"
         if self._delivery.ignored:
-            headers["x-mlx-speech-ignored"] = ", ".join(self._delivery.ignored)
+            ignored = ", ".join(self._delivery.ignored)
+            # a header is ASCII: other characters of a name go as \xe9, \u4e2d
+            ascii_only = ignored.encode("ascii", "backslashreplace").decode()
+            headers["x-mlx-speech-ignored"] = ascii_only
         self._started = True
         await send(
             {

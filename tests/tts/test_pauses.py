@@ -32,6 +32,13 @@ def test_tags_cut_the_text_into_parts_and_pauses():
         Pause(0.3),
         Pause(2.0),
     ]
+    assert split_pauses("[ pause:2s] a [pause :2s] b [ Pause : 2 s ]") == [
+        Pause(2.0),
+        " a ",
+        Pause(2.0),
+        " b ",
+        Pause(2.0),
+    ]
     assert split_pauses("[pause:1s] not [pause:1 minute]") == [
         Pause(1.0),
         " not [pause:1 minute]",

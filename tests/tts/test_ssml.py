@@ -162,6 +162,27 @@ def test_served_ssml_breaks_exactly_and_names_what_it_ignored(server):
     assert response.status_code == 200
     assert abs(longest_zero_run(response.content) - 0.7 * 24000) <= 24
     assert response.headers["x-mlx-speech-ignored"] == "emphasis"
+    named = pcm_at(server, "<speak>Hi <café>there</café> <中>too</中>.</speak>")
+    assert named.status_code == 200
+    assert named.headers["x-mlx-speech-ignored"] == "caf\\xe9, \\u4e2d"
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["<speak/>", "<speak> </speak>", "<speak><p>  </p><emphasis/></speak>"],
+    ids=["empty", "blank", "empty-elements"],
+)
+def test_a_document_that_says_nothing_is_a_400_as_empty_text_is(server, document):
+    response = pcm_at(server, document)
+    assert response.status_code == 400
+    assert "says nothing" in response.json()["error"]["message"]
+    assert pcm_at(server, '<speak><break time="100ms"/></speak>').status_code == 200
+
+
+def test_an_ordinal_that_is_no_number_is_read_as_written(server):
+    document = '<speak>the <say-as interpret-as="ordinal">²</say-as> time</speak>'
+    assert parse_ssml(document).parts == [Spoken("the ² time", Voicing())]
+    assert pcm_at(server, document).status_code == 200
 
 
 def test_served_ssml_that_is_malformed_is_a_400_with_its_place(server):
