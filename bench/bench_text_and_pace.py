@@ -1,10 +1,12 @@
-"""What text normalization and ``speed`` cost, on the caller's side of a request.
+"""What text normalization, a lexicon and ``speed`` cost, on the caller's side
+of a request.
 
     python bench/bench_text_and_pace.py [--json out.json]
 
 Normalization: the grammars' load time (once per process) and the time per
 sentence, over English and Chinese sentences with numbers, money, dates and
-units and over plain ones. Speed: milliseconds of WSOLA work per second of
+units and over plain ones. Lexicon: building one and applying it to 4,000
+characters, with 10 and with 50,000 random entries. Speed: milliseconds of WSOLA work per second of
 input audio at 48 kHz (MOSS-TTS-Nano's rate), mono and stereo, fed in the
 chunks a stream delivers (1, 2, 4, 8, 16, 16, ... frames of 80 ms). Neither
 touches MLX; both run on the thread that reads the request or its audio.
@@ -19,6 +21,7 @@ import time
 
 import numpy as np
 
+from mlx_speech.lexicon import Lexicon
 from mlx_speech.normalization import TextNormalizer
 from mlx_speech.time_stretch import TimeStretch
 
@@ -60,6 +63,31 @@ def normalization() -> dict:
     return {"grammar_load_s": round(load_seconds, 3), "per_sentence": per_sentence}
 
 
+def lexicon() -> dict:
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    written = [
+        "".join(rng.choice(letters, size=rng.integers(3, 11))) for _ in range(50_000)
+    ]
+    words = written[:200] + ["the", "quick", "brown", "fox", "jumps", "SQL"] * 100
+    text = " ".join(rng.choice(words, size=800))[:4000]
+    results = {}
+    for entries in (10, 50_000):
+        started = time.perf_counter()
+        built = Lexicon((word, "said") for word in written[:entries])
+        build_seconds = time.perf_counter() - started
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            built.apply(text)
+            times.append(time.perf_counter() - started)
+        results[f"{entries} entries"] = {
+            "build_s": round(build_seconds, 3),
+            "apply_4000_chars_ms": round(statistics.median(times) * 1000, 2),
+        }
+    return results
+
+
 def _stream_chunks(total: int) -> list[int]:
     sizes, frames = [], 1
     while sum(sizes) < total:
@@ -96,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the results here too")
     args = parser.parse_args()
-    results = {"normalization": normalization(), "speed": pace()}
+    results = {"normalization": normalization(), "lexicon": lexicon(), "speed": pace()}
     print(json.dumps(results, indent=2))
     if args.json:
         with open(args.json, "w") as out:
