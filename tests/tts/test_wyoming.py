@@ -428,6 +428,22 @@ def test_clients_that_hang_up_leave_the_port_serving(server, reset, after_audio)
     assert server.app.state.metrics.in_flight == 0
 
 
+def test_the_wyoming_clients_hang_ups_leave_the_port_serving(server):
+    async def cancel(client):  # as Home Assistant does when a user cancels
+        await client.write_event(Synthesize("Hello there. " * 5).event())
+        await read_until(client, "audio-chunk")
+
+    async def ping_and_go(client):
+        await client.write_event(Ping("bye").event())
+
+    for _ in range(10):
+        talk(server, cancel)
+        talk(server, ping_and_go)
+    assert ping_answered(server.app.state.wyoming_port)
+    wait_until_idle()
+    assert server.app.state.metrics.in_flight == 0
+
+
 def test_a_header_nested_past_the_parser_is_bad_framing(server):
     nested = b'{"type": "ping", "x": ' + b"[" * 50_000 + b"\n"
     events, closed = raw_exchange(server, nested)
