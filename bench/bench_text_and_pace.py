@@ -6,10 +6,11 @@ of a request.
 Normalization: the grammars' load time (once per process) and the time per
 sentence, over English and Chinese sentences with numbers, money, dates and
 units and over plain ones. Lexicon: building one and applying it to 4,000
-characters, with 10 and with 50,000 random entries. Speed: milliseconds of WSOLA work per second of
-input audio at 48 kHz (MOSS-TTS-Nano's rate), mono and stereo, fed in the
-chunks a stream delivers (1, 2, 4, 8, 16, 16, ... frames of 80 ms). Neither
-touches MLX; both run on the thread that reads the request or its audio.
+characters, with 10 and with 50,000 random entries. Speed: milliseconds of
+WSOLA work per second of input audio at 48 kHz (MOSS-TTS-Nano's rate), mono
+and stereo, fed in the chunks a stream delivers (1, 2, 4, 8, 16, 16, ...
+frames of 80 ms). None touches MLX; all run on the thread that reads the
+request or its audio.
 """
 
 from __future__ import annotations

@@ -33,4 +33,3 @@ def create_app(settings: ServerSettings, load: Loader) -> Starlette:
     """The HTTP app for ``settings``, with the other protocols it names
     listening beside it for the app's life; ``load`` gives the model."""
     return create_http_app(server_state(settings, load), other_listeners(settings))
-

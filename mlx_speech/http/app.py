@@ -24,7 +24,7 @@ from uvicorn import Config
 
 from ..engine import ChunkStream
 from ..errors import InvalidRequest, shown
-from ..serving.admission import admit
+from ..serving.admission import STOPPING_RETRY_SECONDS, admit
 from ..serving.lifetime import Listener, serving
 from ..serving.refusal import Refusal
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
@@ -59,6 +59,7 @@ from .voice_listing import created_voice, removed_voice, voices_listing
 __all__ = ["create_http_app", "uvicorn_config"]
 
 log = logging.getLogger("mlx_speech.server")
+
 
 def _rules(state: ServerState, tts: TTS) -> RequestRules:
     settings = state.settings
@@ -218,7 +219,7 @@ async def speech_socket(websocket: WebSocket) -> None:
     state: ServerState = websocket.app.state
     try:
         if state.shutdown.started:
-            raise Refusal("stopping", STOPPING, 5)
+            raise Refusal("stopping", STOPPING, STOPPING_RETRY_SECONDS)
         tts = state.slot.ready()
     except Refusal as refusal:
         await refuse(websocket, ApiError.refused(refusal))
@@ -311,7 +312,12 @@ async def health(request: Request) -> Response:
         answer = {"status": "loading"}
     else:
         tts = slot.tts
-        answer = {"status": "ok", "model": slot.id, "backend": tts.backend, "device": tts.device}
+        answer = {
+            "status": "ok",
+            "model": slot.id,
+            "backend": tts.backend,
+            "device": tts.device,
+        }
     status_code = 200 if answer["status"] == "ok" else 503
     return JSONResponse({**answer, "listeners": listeners}, status_code=status_code)
 

@@ -32,9 +32,6 @@ from ..errors import shown
 from ..formats import encode_whole
 from ..pauses import Seam
 from ..pcm import to_pcm16
-from ..text_segments import SPLITS
-from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
-from ..tts import TTS
 from ..serving.admission import admit
 from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
@@ -44,6 +41,9 @@ from ..serving.connections import (
 )
 from ..serving.refusal import Refusal
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
+from ..text_segments import SPLITS
+from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from ..tts import TTS
 from .errors import ApiError
 from .resample import StreamingResampler
 from .speech_request import RequestRules, SpeechRequest, parse_speech_request

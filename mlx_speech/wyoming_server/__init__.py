@@ -26,7 +26,9 @@ LISTENER = "wyoming"  # its name in ``state.listeners``
 
 
 async def serve_wyoming(
-    state: ServerState, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    state: ServerState,
+    *,
+    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``state.settings``' Wyoming address until cancelled; tells
     ``task_status`` the port it listens on. Should the listener itself fail,

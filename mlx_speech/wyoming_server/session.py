@@ -44,6 +44,7 @@ from wyoming.tts import (
 
 from ..audio import Audio
 from ..errors import shown
+from ..pcm import to_pcm16
 from ..serving.admission import admit
 from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
@@ -54,7 +55,6 @@ from ..serving.connections import (
 from ..serving.refusal import Refusal
 from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
 from ..serving.state import ServerState
-from ..pcm import to_pcm16
 from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info

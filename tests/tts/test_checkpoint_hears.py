@@ -50,7 +50,9 @@ def codes(model, text: str, reference_codes=None) -> np.ndarray:
         prompt_audio_codes=reference_codes,
     )
     sampling = FrameSampling(GREEDY, GREEDY, repetition_penalty=1.0, max_frames=FRAMES)
-    return np.array([np.asarray(frame) for frame in frames(model, prompt, sampling, KeySequence(0))])
+    return np.array(
+        [np.asarray(frame) for frame in frames(model, prompt, sampling, KeySequence(0))]
+    )
 
 
 def relative_difference(one: np.ndarray, other: np.ndarray) -> float:
@@ -65,7 +67,8 @@ def test_two_texts_give_different_codes(reference_model):
 
 def test_two_voices_give_different_codes(reference_model, reference_clip, other_clip):
     encoded = [
-        reference_model.encode_reference_audio(str(clip)) for clip in (reference_clip, other_clip)
+        reference_model.encode_reference_audio(str(clip))
+        for clip in (reference_clip, other_clip)
     ]
     default = codes(reference_model, TEXTS[0])
     first, second = (codes(reference_model, TEXTS[0], one) for one in encoded)
@@ -81,6 +84,8 @@ def test_what_is_spoken_is_heard_in_the_audio(speaking_tts, reference_clip, othe
     voices = [speak(TEXTS[0], clip) for clip in (None, reference_clip, other_clip)]
     clones = relative_difference(voices[1], voices[2])
     default_and_clone = relative_difference(voices[0], voices[1])
-    print(f"audio differences: texts {texts:.3f}, voices {clones:.3f}, "
-          f"default and clone {default_and_clone:.3f}")
+    print(
+        f"audio differences: texts {texts:.3f}, voices {clones:.3f}, "
+        f"default and clone {default_and_clone:.3f}"
+    )
     assert min(texts, clones, default_and_clone) >= MIN_AUDIO_DIFFERENCE

@@ -20,7 +20,9 @@ def modules_loaded_by(module: str) -> set[str]:
     return set(done.stdout.split())
 
 
-@pytest.mark.parametrize("module", ["mlx_speech.serving.state", "mlx_speech.wyoming_server"])
+@pytest.mark.parametrize(
+    "module", ["mlx_speech.serving.state", "mlx_speech.wyoming_server"]
+)
 def test_the_core_and_wyoming_load_nothing_of_http(module):
     loaded = modules_loaded_by(module)
     http = {name for name in loaded if name.startswith(("mlx_speech.http", "starlette"))}

@@ -127,7 +127,9 @@ def test_a_dialogue_past_the_cap_is_a_400(server):
     response = httpx.post(f"{server.url}/dev/dialogue", json=body, timeout=60)
     assert response.status_code == 400 and "the pauses add up to 70 s" in response.text
     body["turns"] = turns[:7]  # six: 60 s
-    assert httpx.post(f"{server.url}/dev/dialogue", json=body, timeout=60).status_code == 200
+    assert (
+        httpx.post(f"{server.url}/dev/dialogue", json=body, timeout=60).status_code == 200
+    )
 
 
 def test_pauses_past_the_bound_are_a_400(server):

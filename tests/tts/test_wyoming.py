@@ -485,7 +485,9 @@ def listening_socket_shut(port: int) -> None:
     raise AssertionError(f"nothing listens on {port}")
 
 
-def test_health_says_when_the_wyoming_listener_is_down(speaking_dir, nano_backend, tmp_path):
+def test_health_says_when_the_wyoming_listener_is_down(
+    speaking_dir, nano_backend, tmp_path
+):
     with own_server(speaking_dir, nano_backend, tmp_path) as running:
         health = httpx.get(f"{running.url}/health", timeout=5)
         assert health.status_code == 200
