@@ -406,7 +406,7 @@ def uvicorn_config(app: Starlette, settings: ServerSettings, **options: Any) -> 
         ws=JsonErrorsWebSocketProtocol,
         timeout_keep_alive=settings.keep_alive_timeout,
         ws_max_size=settings.max_body_bytes,
-        # Streams end themselves at the deadline (``http.shutdown``); uvicorn
+        # Streams end themselves at the deadline (``serving.shutdown``); uvicorn
         # cancels only what is still running a moment later.
         timeout_graceful_shutdown=settings.shutdown_timeout + END_EARLY_SECONDS + 1,
         **options,
