@@ -191,13 +191,24 @@ class VoiceStore:
         return voice
 
     def find(self, name: str) -> SavedVoice | None:
+        """The voice saved under exactly ``name``. The folder must be listed
+        under that name: on a case-insensitive volume (macOS's default)
+        ``DIR/GRANDMA`` would open ``grandma``'s."""
         if not NAME_PATTERN.fullmatch(name) or name.startswith("."):
+            return None
+        if name not in self._names():
             return None
         folder = self.directory / name
         voice = self._read(folder)
         if voice is None and folder.is_dir():
             voice = self._read(folder)  # read across a replacement: once more
         return voice
+
+    def _names(self) -> set[str]:
+        try:
+            return set(os.listdir(self.directory))
+        except OSError:  # no directory yet, or not one
+            return set()
 
     def _read(self, folder: Path) -> SavedVoice | None:
         try:

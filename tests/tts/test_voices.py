@@ -22,6 +22,7 @@ from mlx_speech import voice_store
 from mlx_speech.errors import InvalidRequest
 from mlx_speech.server import ServerSettings
 from mlx_speech.voice_store import VoiceStore
+from tests.tts.support.case_insensitive import case_insensitive
 from tests.tts.support.server import RunningServer
 
 FRAME = 960
@@ -119,6 +120,18 @@ def test_store_rules(tmp_path):
         store.add("long", clip_bytes(31, rate=8000))
     store.add("ok", clip_bytes(1))
     assert [v.name for v in store.list()] == ["ok"]
+
+
+def test_names_are_exact_on_a_case_insensitive_volume(tmp_path, monkeypatch):
+    store = VoiceStore(tmp_path)
+    store.add("grandma", clip_bytes(1))
+    with case_insensitive(tmp_path, monkeypatch):
+        assert (tmp_path / "GRANDMA" / "voice.json").is_file()  # as APFS opens it
+        assert store.find("grandma").name == "grandma"
+        assert store.find("GRANDMA") is None and store.find("Grandma") is None
+        with pytest.raises(voice_store.UnknownVoice):
+            store.remove("GRANDMA")
+    assert [voice.name for voice in store.list()] == ["grandma"]
 
 
 @pytest.mark.parametrize("can_swap", [True, False], ids=["swapped", "renamed-away"])
