@@ -21,7 +21,7 @@ them.
 
 ``bench/check_codec_math.py`` measures both, and the audio of a whole decode
 against the exact one (``docs/speech.md``, "Speed", states the bound;
-``tests/tts/test_parity.py`` holds it). The codes never depend on this: the
+``tests/tts/families/test_parity.py`` holds it). The codes never depend on this: the
 decoder runs after they are chosen, and encoding a reference clip always uses
 the exact functions, so its codes stay mlx-audio's.
 

@@ -18,6 +18,8 @@ from mlx_speech.server import ServerSettings
 from tests.tts.support.cli import start_serving
 from tests.tts.support.server import RunningServer, assert_speaks
 
+pytestmark = pytest.mark.slow  # real servers
+
 
 @pytest.fixture(scope="module")
 def server(speaking_dir, tmp_path_factory):

@@ -21,6 +21,8 @@ from tests.tts.support.decoding import decode as decoded
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
 
+pytestmark = pytest.mark.slow  # real servers
+
 FRAME = 960  # samples per frame of the tiny codec at 48 kHz
 
 

@@ -19,6 +19,8 @@ from tests.tts.support.decoding import decode, decode_channels
 from tests.tts.support.server import RunningServer
 from tests.tts.support.socket_client import socket_pcm
 
+pytestmark = pytest.mark.slow  # real servers and the command
+
 FRAME = 960  # samples per frame of the tiny codec at 48 kHz
 GREEDY = {"temperature": 0, "max_new_tokens": 20}
 # Sampled, so the codes depend on the text the model is given.

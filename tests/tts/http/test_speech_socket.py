@@ -29,6 +29,8 @@ from tests.tts.support.clip_decodes import counted_decodes
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
 
+pytestmark = pytest.mark.slow  # real servers
+
 FRAME = 960
 PATH = "/v1/audio/speech/stream"
 
@@ -307,7 +309,7 @@ def test_audio_equals_the_same_text_spoken_alone(server, speaking_tts):
 
 
 def test_the_websocket_example_client_saves_what_it_heard(server, tmp_path):
-    example = Path(__file__).parents[2] / "examples" / "speak_over_websocket.py"
+    example = Path(__file__).parents[3] / "examples" / "speak_over_websocket.py"
     out = tmp_path / "heard.wav"
     command = [sys.executable, str(example), "Hello there. How are you?", "-o", str(out)]
     command += ["--url", socket_url(server), "--delay", "0.01"]

@@ -8,6 +8,8 @@ from mlx_speech import DEFAULT_MODEL
 from mlx_speech.cli import build_parser, server_settings
 from mlx_speech.settings import ServerSettings
 
+pytestmark = pytest.mark.slow  # the command in subprocesses
+
 
 def _settings(*flags: str) -> ServerSettings:
     return server_settings(build_parser().parse_args(["serve", *flags]))

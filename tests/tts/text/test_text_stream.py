@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from mlx_speech.text_stream import SEGMENTS_AHEAD, SegmentEnded, SegmentStarted
-
-from .support.clip_decodes import counted_decodes
-from .support.idle import wait_until_idle
+from tests.tts.support.clip_decodes import counted_decodes
+from tests.tts.support.idle import wait_until_idle
 
 FIRST = "Dr. Smith paid 3.5 dollars. "
 SECOND = "Then he went home!"

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from .test_parity import FAST_MAX_ABS
+from tests.tts.families.test_parity import FAST_MAX_ABS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_gpu_check_runs_on_the_cpu_and_finds_parity(speaking_dir, tmp_path):

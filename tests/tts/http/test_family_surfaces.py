@@ -16,6 +16,8 @@ from mlx_speech.testing.qwen3_checkpoint import SAMPLES_PER_FRAME
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
 
+pytestmark = pytest.mark.slow  # real servers, every family
+
 TEXT = "Hello world."
 CHECKPOINTS = ["custom_voice", "voice_design", "base", "voxcpm2"]
 RATES = {"custom_voice": 24000, "voice_design": 24000, "base": 24000, "voxcpm2": 48000}

@@ -34,6 +34,8 @@ from tests.tts.support.cli import MLX_SPEECH
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer, assert_speaks
 
+pytestmark = pytest.mark.slow  # real servers
+
 FRAME_SAMPLES = 960  # the tiny codec's samples a frame, at 48 kHz
 MAX_CHARS = 300
 

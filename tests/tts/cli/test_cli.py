@@ -18,6 +18,8 @@ import soundfile
 
 from tests.tts.support.cli import MLX_SPEECH, run, start_serving
 
+pytestmark = pytest.mark.slow  # the command in subprocesses
+
 
 def test_speak_writes_the_file_and_reports_timing(speaking_dir, tmp_path):
     out = tmp_path / "hello.flac"

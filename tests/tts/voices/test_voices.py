@@ -25,6 +25,8 @@ from mlx_speech.voice_store import VoiceStore
 from tests.tts.support.case_insensitive import case_insensitive
 from tests.tts.support.server import RunningServer
 
+pytestmark = pytest.mark.slow  # real servers and the command
+
 FRAME = 960
 
 

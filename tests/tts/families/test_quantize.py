@@ -18,10 +18,14 @@ import mlx_speech
 from mlx_speech.families.moss_nano.quantize import quantize_transformers
 from mlx_speech.server import ServerSettings
 from mlx_speech.testing.nano_checkpoint import NanoSize, build_nano_checkpoint
+from tests.tts.families.test_parity import (
+    _our_codes,
+    _reference_audio,
+    assert_audio_matches,
+)
 from tests.tts.support.cli import run
 from tests.tts.support.interleave import read_in_turn
 from tests.tts.support.server import RunningServer, assert_speaks
-from tests.tts.test_parity import _our_codes, _reference_audio, assert_audio_matches
 
 # Tiny, but with block inputs a whole number of quantization groups (64).
 QUANTIZABLE = NanoSize(width=64, inner=128)

@@ -31,6 +31,8 @@ from tests.tts.support.cli import MLX_SPEECH, run
 from tests.tts.support.server import RunningServer, assert_speaks
 from tests.tts.support.swaps import Swapping
 
+pytestmark = pytest.mark.slow  # real servers
+
 HUGE = "1" + "0" * 400  # an integer literal no float holds
 MEDIA = '{"input": "hi", "ref_audio": "file://{media}/'  # inside the allowed directory
 
@@ -69,7 +71,9 @@ def test_a_symlink_loop_in_ref_audio_is_a_400(server):
     loop = server.media / "loop.wav"
     loop.symlink_to(loop)
     try:
-        response = _post_raw(server, MEDIA.replace("{media}", str(server.media)) + 'loop.wav"}')
+        response = _post_raw(
+            server, MEDIA.replace("{media}", str(server.media)) + 'loop.wav"}'
+        )
     finally:
         loop.unlink()
     _assert_error_shape(response, 400, "ref_audio")

@@ -12,7 +12,7 @@ from setuptools import Distribution
 
 import mlx_speech
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the library is built on Linux only"

@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from mlx_speech.http.speech_request import RequestRules, parse_speech_request
 from mlx_speech.http.app import ROUTES
+from mlx_speech.http.speech_request import RequestRules, parse_speech_request
 from mlx_speech.server import ServerSettings
 from tests.tts.support.server import RunningServer, assert_speaks
+
+pytestmark = pytest.mark.slow  # a real server, fuzzed
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from tests.tts.support.decoding import decode
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
 
+pytestmark = pytest.mark.slow  # a browser against a real server
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
@@ -24,7 +26,7 @@ if not Path(CHROMIUM).exists():
         allow_module_level=True,
     )
 
-SCREENSHOT = Path(__file__).parents[2] / "docs" / "page.png"
+SCREENSHOT = Path(__file__).parents[3] / "docs" / "page.png"
 FLAGS = [
     "--no-sandbox",
     "--disable-gpu",

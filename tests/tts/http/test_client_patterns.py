@@ -16,6 +16,8 @@ from mlx_speech.server import ServerSettings
 from tests.tts.support.decoding import decode
 from tests.tts.support.server import RunningServer
 
+pytestmark = pytest.mark.slow  # real servers and real clients
+
 openai = pytest.importorskip("openai")
 
 FRAME = 960  # samples per frame of the tiny codec at 48 kHz

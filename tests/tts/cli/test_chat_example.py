@@ -12,9 +12,11 @@ import soundfile
 
 from mlx_speech.testing.lm_checkpoint import build_lm_checkpoint
 
+pytestmark = pytest.mark.slow  # the example in a subprocess, beside a chat model
+
 pytest.importorskip("mlx_lm")
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "speak_while_chatting.py"
+EXAMPLE = Path(__file__).parents[3] / "examples" / "speak_while_chatting.py"
 
 
 def test_the_chat_example_speaks_the_answer_as_it_is_written(speaking_dir, tmp_path):
