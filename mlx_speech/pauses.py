@@ -18,9 +18,7 @@ from .audio_events import AudioEvents
 from .errors import InvalidRequest
 from .joins import faded
 
-PAUSE_TAG = re.compile(
-    r"\[\s*pause\s*:\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\]", re.IGNORECASE
-)
+PAUSE_TAG = re.compile(r"\[\s*pause\s*:\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\]", re.IGNORECASE)
 # A request's pauses together: silence is cheap to make but not to hold
 # (a buffered answer keeps all of it).
 MAX_PAUSE_SECONDS = 60.0

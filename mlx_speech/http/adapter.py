@@ -28,16 +28,15 @@ from ..engine import ChunkStream
 from ..formats import FORMATS, encode_whole
 from ..pauses import PausedStream, Seam
 from ..segment_marks import SegmentEnded, SegmentStarted
+from ..serving.metrics import Metrics
+from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
 from ..text_stream import TextStream
 from .captioned import CaptionedLines, caption_event, error_line
 from .containers import StreamEncoder
 from .errors import ApiError
-from ..serving.metrics import Metrics
-from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
 from .resample import StreamingResampler
 
 log = logging.getLogger("mlx_speech.server")
-
 
 
 class IdleClient(Exception):

@@ -25,8 +25,8 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 
 from ..errors import shown
-from .errors import ApiError
 from ..serving.shutdown import STOPPING
+from .errors import ApiError
 
 _MULTIPART_OVERHEAD = 64 * 1024  # form fields and part headers beside the clip
 
