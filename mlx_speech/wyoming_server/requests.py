@@ -33,10 +33,10 @@ class SpeechAsked:
 
 
 class DeclaredSsml:
-    """A stream's text feed when the stream is declared SSML: a text that is
-    a document's content only becomes the document (``<speak>`` …
-    ``</speak>``), as a ``synthesize``'s does, once its start tells which
-    it is; a ``<speak>`` document passes as it is."""
+    """The text feed of a request declared SSML (a ``synthesize``'s whole
+    text, or a stream's chunks): a text that is a document's content only
+    becomes the document (``<speak>`` … ``</speak>``) once its start tells
+    which it is; a ``<speak>`` document passes as it is."""
 
     def __init__(self, feed: TextFeed):
         self._feed = feed
@@ -79,8 +79,6 @@ def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAs
                 f"the text has {len(text)} characters; at most {limit} are spoken",
                 "too-long",
             )
-    if ssml and text is not None and not is_ssml(text):
-        text = f"<speak>{text}</speak>"  # declared SSML: the document's content
     voice, language = _voice(data.get("voice"), tts, state)
     options = {} if language is None else {"language": language}
 

@@ -186,12 +186,12 @@ class WyomingSession:
             stream = await anyio.to_thread.run_sync(asked.open_stream, feed)
         except ValueError as error:
             raise BadEvent(f"not spoken: {str(error)[:300]}") from None
-        text_in = DeclaredSsml(feed) if asked.ssml and asked.text is None else feed
+        text_in = DeclaredSsml(feed) if asked.ssml else feed
         utterance = Utterance(text_in, stream, streamed)
         if asked.text is not None:
             utterance.chars = len(asked.text)
-            feed.put(asked.text)
-            feed.end()
+            text_in.put(asked.text)
+            text_in.end()
         self._utterances.append(utterance)
         await self._turns_in.send(utterance)
         return utterance

@@ -17,19 +17,21 @@ def longest_zero_run(pcm: bytes) -> int:
     return int(max(edges[1::2] - edges[::2], default=0))
 
 
-def wyoming_pcm(port: int, synthesize: Event) -> bytes:
-    """A ``synthesize`` event's audio from the Wyoming server on ``port``."""
+def wyoming_pcm(port: int, *sent: Event, until: str = "audio-stop") -> bytes:
+    """The audio the Wyoming server on ``port`` answers ``sent`` with (a
+    ``synthesize``; a stream's events, ``until`` its ``synthesize-stopped``)."""
 
     async def run() -> bytes:
         async with AsyncTcpClient("127.0.0.1", port) as client:
-            await client.write_event(synthesize)
+            for event in sent:
+                await client.write_event(event)
             audio = b""
-            while (answer := await client.read_event()).type != "audio-stop":
+            while (answer := await client.read_event()).type != until:
                 assert answer.type != "error", answer.data
                 audio += answer.payload or b""
             return audio
 
-    return asyncio.run(run())
+    return asyncio.run(asyncio.wait_for(run(), 60))
 
 
 def assert_joined(said: np.ndarray, pieces: list, edge: int) -> None:
