@@ -5,9 +5,14 @@ event loop."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
 
 # Utterances a connection may have sent and not yet had answered; each waits
 # for its turn, and only the one speaking counts toward --max-queue.
@@ -34,6 +39,16 @@ class OpenSockets:
 async def next_event(events) -> Any:
     """A stream's next event, read off the event loop; None at its end."""
     return await anyio.to_thread.run_sync(next, events, None, abandon_on_cancel=True)
+
+
+def leaf_errors(error: BaseException) -> Iterator[BaseException]:
+    """``error``, or each error inside it where it is a group (task groups
+    gather their tasks' errors into groups, nested as the groups were)."""
+    if isinstance(error, BaseExceptionGroup):
+        for one in error.exceptions:
+            yield from leaf_errors(one)
+    else:
+        yield error
 
 
 def failure_text(error: Exception) -> str:

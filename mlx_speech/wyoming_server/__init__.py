@@ -9,16 +9,13 @@ reads it)."""
 from __future__ import annotations
 
 import logging
-import sys
 
 import anyio
 import anyio.abc
 
+from ..serving.connections import leaf_errors
 from ..serving.state import ServerState
 from .session import WyomingSession
-
-if sys.version_info < (3, 11):
-    from exceptiongroup import ExceptionGroup
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -66,8 +63,7 @@ async def serve_wyoming(
             await listener.serve(session)
     except Exception as error:
         log.exception("the Wyoming listener stopped")
-        while isinstance(error, ExceptionGroup):  # the listener's task group's
-            error = error.exceptions[0]
-        ended = f"failed: {error!r}"
+        first = next(leaf_errors(error))  # out of the listener's task group
+        ended = f"failed: {first!r}"
     finally:
         state.listeners[LISTENER] = ended

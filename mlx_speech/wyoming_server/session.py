@@ -21,7 +21,6 @@ is being spoken (``--socket-idle-timeout``), and the graceful stop.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,7 @@ from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
     StalledReader,
     failure_text,
+    leaf_errors,
     next_event,
 )
 from ..serving.refusal import Refusal
@@ -59,9 +59,6 @@ from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info
 from .requests import BadEvent, DeclaredSsml, SpeechAsked, speech_asked
-
-if sys.version_info < (3, 11):
-    from exceptiongroup import BaseExceptionGroup
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -323,9 +320,7 @@ _DEPARTURES = (
 def _departure(error: BaseException) -> bool:
     """Whether ``error`` (or every error of a group) says only that the
     client left; task groups gather them into groups."""
-    if isinstance(error, BaseExceptionGroup):
-        return all(_departure(one) for one in error.exceptions)
-    return isinstance(error, _DEPARTURES)
+    return all(isinstance(one, _DEPARTURES) for one in leaf_errors(error))
 
 
 class _AudioCycles:
