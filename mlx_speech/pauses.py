@@ -7,7 +7,7 @@ audio around it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,16 +44,20 @@ def split_pauses(text: str) -> list[str | Pause]:
     """``text`` cut at its pause tags: its parts and pauses in order, parts
     of only whitespace left out."""
     parts: list[str | Pause] = []
-    position, total = 0, 0.0
+    position = 0
     for match in PAUSE_TAG.finditer(text):
         value, unit = float(match.group(1)), match.group(2).lower()
         pause = Pause(value / 1000 if unit == "ms" else value)
-        total += pause.seconds
         parts += [text[position : match.start()], pause]
         position = match.end()
     parts.append(text[position:])
-    check_pauses(total)
+    check_pauses(pause_seconds(parts))
     return [part for part in parts if isinstance(part, Pause) or part.strip()]
+
+
+def pause_seconds(parts: Iterable[object]) -> float:
+    """The seconds of the ``Pause``s among ``parts``."""
+    return sum(part.seconds for part in parts if isinstance(part, Pause))
 
 
 def check_pauses(total: float) -> None:

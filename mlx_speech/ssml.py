@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field, replace
 from xml.etree.ElementTree import Element
 
-from .pauses import Pause, check_pauses
+from .pauses import Pause, check_pauses, pause_seconds
 from .xml_documents import XmlError, local_name, parse
 
 MAX_DEPTH = 64
@@ -121,7 +121,7 @@ def parse_ssml(text: str) -> Script:
     builder.end_part()
     if not script.parts:  # as an empty text is refused
         raise SsmlError("SSML: the document says nothing (no text and no <break>)")
-    check_pauses(sum(part.seconds for part in script.parts if isinstance(part, Pause)))
+    check_pauses(pause_seconds(script.parts))
     return script
 
 

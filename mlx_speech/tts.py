@@ -18,7 +18,7 @@ from .families.fields import check_text
 from .families.languages import language_codes
 from .lexicon import Lexicon
 from .normalization import TextNormalizer
-from .pauses import Pause, PausedStream, check_pauses
+from .pauses import Pause, PausedStream, check_pauses, pause_seconds
 from .script import Spoken, Voicing, script_of
 from .text_segments import TextSegmenter
 from .text_stream import AsyncTextStream, TextFeed, TextStream
@@ -358,7 +358,7 @@ class TTS:
             nonlocal read_out, paused
             script = script_of(text)
             parts = script.parts if script is not None else [Spoken(text, Voicing())]
-            paused += sum(part.seconds for part in parts if isinstance(part, Pause))
+            paused += pause_seconds(parts)
             check_pauses(paused)
             read_parts, read = self._read_parts(parts, options)
             read_out += read
