@@ -24,7 +24,7 @@ from uvicorn import Config
 
 from ..engine import ChunkStream
 from ..errors import InvalidRequest, shown
-from ..serving.admission import STOPPING_RETRY_SECONDS, admit
+from ..serving.admission import admit, refuse_when_stopping
 from ..serving.lifetime import Listener, serving
 from ..serving.refusal import Refusal
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
@@ -218,8 +218,7 @@ async def speech_socket_over_http(request: Request) -> Response:
 async def speech_socket(websocket: WebSocket) -> None:
     state: ServerState = websocket.app.state
     try:
-        if state.shutdown.started:
-            raise Refusal("stopping", STOPPING, STOPPING_RETRY_SECONDS)
+        refuse_when_stopping(state)
         tts = state.slot.ready()
     except Refusal as refusal:
         await refuse(websocket, ApiError.refused(refusal))

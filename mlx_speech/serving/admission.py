@@ -13,11 +13,16 @@ if TYPE_CHECKING:
 STOPPING_RETRY_SECONDS = 5
 
 
+def refuse_when_stopping(state: ServerState) -> None:
+    """``Refusal`` (``stopping``) once the server has begun to stop."""
+    if state.shutdown.started:
+        raise Refusal("stopping", STOPPING, STOPPING_RETRY_SECONDS)
+
+
 def admit(state: ServerState) -> None:
     """Count a request in, or refuse it (``stopping``, or ``busy`` with too
     many waiting)."""
-    if state.shutdown.started:
-        raise Refusal("stopping", STOPPING, STOPPING_RETRY_SECONDS)
+    refuse_when_stopping(state)
     waiting = state.metrics.in_flight - state.engine.capacity
     if waiting >= state.settings.max_queue:
         raise Refusal(
