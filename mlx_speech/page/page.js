@@ -349,6 +349,7 @@ function followPlayback(player) {
       else span.removeAttribute("aria-current");
     }
     readAlong.dataset.heardSample = String(heard);
+    readAlong.dataset.heardAt = String(player.heardSeconds()); // when that sample was heard
     if (going) requestAnimationFrame(mark);
   };
   requestAnimationFrame(mark);
