@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from mlx_speech.lexicon import Lexicon
-from mlx_speech.normalization import TextNormalizer
-from mlx_speech.time_stretch import TimeStretch
+from mlx_speech.audio.time_stretch import TimeStretch
+from mlx_speech.text.lexicon import Lexicon
+from mlx_speech.text.normalization import TextNormalizer
 
 ENGLISH = [
     "I paid $3.50 on 3/4, and got 25% off.",

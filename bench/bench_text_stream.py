@@ -60,8 +60,8 @@ class SimulatedModel:
 
 def _run(tts, rate: float, options: dict) -> dict:
     """Times relative to the model's first token."""
-    from mlx_speech.audio import Audio
-    from mlx_speech.text_stream import SegmentStarted
+    from mlx_speech.audio.samples import Audio
+    from mlx_speech.text.stream import SegmentStarted
 
     model = SimulatedModel(rate)
     first_audio: list[float] = []

@@ -17,7 +17,7 @@ from mlx_lm import load as load_chat_model
 from mlx_lm import stream_generate
 
 import mlx_speech
-from mlx_speech.playback import Player
+from mlx_speech.cli.playback import Player
 
 
 def answer_deltas(model, tokenizer, question: str, max_tokens: int):

@@ -17,10 +17,12 @@ DEFAULT_MODEL = "mlx-community/MOSS-TTS-Nano-100M"
 # answer without loading MLX and the model code.
 _EXPORTS = {
     "TTS": "tts",
-    "Audio": "audio",
+    "Audio": "audio.samples",
     "GenerationError": "errors",
     "ModelLoadError": "errors",
-    "VoiceStore": "voice_store",
+    "Lexicon": "text.lexicon",
+    "LexiconError": "text.lexicon",
+    "VoiceStore": "voices.store",
     "load": "loading",
 }
 

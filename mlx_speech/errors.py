@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from numbers import Real
+from typing import Any
+
 SHOWN_CHARACTERS = 64
 
 
@@ -21,6 +25,19 @@ class InvalidRequest(ValueError):
     def __init__(self, param: str, message: str):
         super().__init__(message)
         self.param = param
+
+
+def finite_number(name: str, value: Any) -> float:
+    """``value`` as a float; anything else (bools, NaN, infinities, integers
+    too large for a float) is an ``InvalidRequest``."""
+    if not isinstance(value, bool) and isinstance(value, Real):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if math.isfinite(number):
+            return number
+    raise InvalidRequest(name, f"{name} must be a finite number, got {shown(value)}")
 
 
 class ModelLoadError(RuntimeError):

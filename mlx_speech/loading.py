@@ -11,11 +11,11 @@ from .engine import shared_engine
 from .errors import ModelLoadError
 from .families import QUANTIZE_BITS, LoadOptions
 from .host_engine.blas import reference_blas_warning
-from .lexicon import Lexicon, load_lexicon
-from .normalization import TextNormalizer
 from .registry import FAMILIES, model_family, resolve_model_dir
+from .text.lexicon import Lexicon, load_lexicon
+from .text.normalization import TextNormalizer
 from .tts import TTS
-from .voice_store import VoiceStore
+from .voices.store import VoiceStore
 
 log = logging.getLogger("mlx_speech.engine")
 
@@ -41,7 +41,7 @@ def load(
     ``MLX_SPEECH_BACKEND``, else ``"auto"``; see ``mlx_speech.backends``);
     ``tts.backend`` says which runs.
     ``lexicon`` (a file, PLS or ``WRITTEN = SAID`` lines, or a ``Lexicon``)
-    says words otherwise before normalization (``mlx_speech.lexicon``).
+    says words otherwise before normalization (``mlx_speech.text.lexicon``).
     """
     chosen = requested_backend(backend)
     if lexicon is not None and not isinstance(lexicon, Lexicon):

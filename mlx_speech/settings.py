@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engine.limits import DEFAULT_MAX_BATCH, DEFAULT_MAX_PARKED
-from .lexicon import Lexicon
+from .text.lexicon import Lexicon
 
 _ONE_MIB = 1024 * 1024
 

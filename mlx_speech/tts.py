@@ -9,22 +9,22 @@ from typing import Any
 
 import numpy as np
 
-from .audio import Audio
-from .clip_rules import check_ref_text
+from .audio.samples import Audio
+from .audio.time_stretch import StretchedStream, check_speed
 from .engine import ChunkStream, Engine
 from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
 from .families.fields import check_text
 from .families.languages import language_codes
-from .lexicon import Lexicon
-from .normalization import TextNormalizer
-from .pauses import Pause, PausedStream, check_pauses, pause_seconds
-from .script import Spoken, Voicing, script_of
-from .text_segments import TextSegmenter
-from .text_stream import AsyncTextStream, TextFeed, TextStream
-from .time_stretch import StretchedStream, check_speed
-from .voice_store import VoiceStore
-from .voices import resolve_voice
+from .text.lexicon import Lexicon
+from .text.normalization import TextNormalizer
+from .text.pauses import Pause, PausedStream, check_pauses, pause_seconds
+from .text.script import Spoken, Voicing, script_of
+from .text.segments import TextSegmenter
+from .text.stream import AsyncTextStream, TextFeed, TextStream
+from .voices.clip_rules import check_ref_text
+from .voices.resolve import resolve_voice
+from .voices.store import VoiceStore
 
 # ``normalize=AS_READ``: the text is already as the model reads it (the
 # lexicon applied and normalized, as ``stream_text`` does per segment).
@@ -102,7 +102,7 @@ class TTS:
         return {**self._service.stats(), **self.normalizer.stats()}
 
     def resolve_voice(self, voice: Any) -> Any:
-        """``voice`` by the one policy (``mlx_speech.voices``), file paths allowed."""
+        """``voice`` by the one policy (``voices.resolve``), file paths allowed."""
         return self._resolved(voice, paths=True)
 
     def _resolved(self, voice: Any, *, paths: bool) -> Any:
@@ -129,7 +129,7 @@ class TTS:
         """Validate a request (``ValueError``) without running it; returns the
         family's request, which ``stream`` then runs. ``normalize`` (default:
         the TTS's) reads numbers, symbols and dates out and cleans the text
-        (``mlx_speech.normalization``) before the model sees it. ``channels``
+        (``mlx_speech.text.normalization``) before the model sees it. ``channels``
         2 asks for a stereo model's own channels (``channels``) instead of
         their mono mix; chunks are then ``[samples, 2]``."""
         text, ref_text = self._as_read(text, ref_text, language, normalize)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..audio import Audio
+from ..audio.samples import Audio
 from ..engine.batching import Pending
 from ..errors import ModelLoadError
 from .fields import SpeechInput

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..audio import Audio
+from ..audio.samples import Audio
 from ..errors import GenerationError
 from .chunk_schedule import ChunkSchedule
 

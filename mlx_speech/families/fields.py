@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..clip_rules import check_ref_text, check_unicode
 from ..errors import InvalidRequest, shown
+from ..voices.clip_rules import check_ref_text, check_unicode
 
 
 def check_text(text: Any) -> None:

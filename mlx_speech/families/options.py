@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import secrets
 from dataclasses import dataclass, replace
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
-from ..errors import InvalidRequest, shown
+from ..errors import InvalidRequest, finite_number, shown
 
 SEED_LIMIT = 2**63
 
@@ -21,19 +20,6 @@ class SamplingOptions:
     repetition_penalty: float
     max_new_tokens: int
     seed: int | None = None
-
-
-def finite_number(name: str, value: Any) -> float:
-    """``value`` as a float; anything else (bools, NaN, infinities, integers
-    too large for a float) is an ``InvalidRequest``."""
-    if not isinstance(value, bool) and isinstance(value, Real):
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if math.isfinite(number):
-            return number
-    raise InvalidRequest(name, f"{name} must be a finite number, got {shown(value)}")
 
 
 def _integer(name: str, value: Any) -> int:

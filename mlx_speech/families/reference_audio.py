@@ -11,15 +11,15 @@ import numpy as np
 import soundfile
 from mlx_audio.utils import resample_audio
 
-from ..clip_rules import (
+from ..errors import InvalidRequest, shown
+from ..regular_files import NotRegularFile, open_regular
+from ..voices.clip_rules import (
     MAX_CLIP_SECONDS,
     MIN_CLIP_SECONDS,
     check_clip_header,
     decoding_failure,
 )
-from ..errors import InvalidRequest, shown
-from ..regular_files import NotRegularFile, open_regular
-from ..voice_store import SavedVoice
+from ..voices.store import SavedVoice
 
 HEADER_SLACK = 1.0  # seconds; the exact length is checked once decoded
 _BLOCK_FRAMES = 65536  # read at a time, so a many-channel clip is mixed as it is read

@@ -21,20 +21,20 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..audio import Audio
-from ..audio_events import events_of
-from ..captions import Caption, Timeline
+from ..audio.containers import StreamEncoder
+from ..audio.events import Seam, events_of
+from ..audio.formats import FORMATS, encode_whole
+from ..audio.resample import StreamingResampler
+from ..audio.samples import Audio
 from ..engine import ChunkStream
-from ..formats import FORMATS, encode_whole
-from ..pauses import PausedStream, Seam
-from ..segment_marks import SegmentEnded, SegmentStarted
 from ..serving.metrics import Metrics
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
-from ..text_stream import TextStream
+from ..text.captions import Caption, Timeline
+from ..text.pauses import PausedStream
+from ..text.segment_marks import SegmentEnded, SegmentStarted
+from ..text.stream import TextStream
 from .captioned import CaptionedLines, caption_event, error_line
-from .containers import StreamEncoder
 from .errors import ApiError
-from .resample import StreamingResampler
 
 log = logging.getLogger("mlx_speech.server")
 

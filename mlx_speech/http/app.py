@@ -31,9 +31,9 @@ from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPIN
 from ..serving.slot import ModelSlot
 from ..serving.state import ServerState
 from ..settings import ServerSettings
-from ..text_stream import TextStream
+from ..text.stream import TextStream
 from ..tts import TTS
-from ..voice_store import UnknownVoice
+from ..voices.store import UnknownVoice
 from .adapter import AudioResponse, Delivery
 from .auth import ApiKeyGuard
 from .batch import Item, parse_items, run_item

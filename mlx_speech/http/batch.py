@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from ..audio.formats import FORMATS, encode_whole
+from ..audio.resample import resampled_parts
 from ..engine import ChunkStream
-from ..formats import FORMATS, encode_whole
 from .errors import ApiError
-from .resample import resampled_parts
 from .speech_request import RequestRules, SpeechRequest, parse_speech_request
 
 MAX_ITEMS = 32

@@ -7,12 +7,12 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any
 
-from ..clip_rules import MAX_REF_TEXT_CHARS
+from ..audio.formats import FORMATS, RESPONSE_FORMATS
+from ..audio.time_stretch import MAX_SPEED, MIN_SPEED
 from ..families.options import SEED_LIMIT
-from ..formats import FORMATS, RESPONSE_FORMATS
 from ..settings import ServerSettings
-from ..text_segments import SPLITS
-from ..time_stretch import MAX_SPEED, MIN_SPEED
+from ..text.segments import SPLITS
+from ..voices.clip_rules import MAX_REF_TEXT_CHARS
 from .batch import MAX_ITEMS
 from .errors import ERROR_TYPES
 from .page import ASSETS

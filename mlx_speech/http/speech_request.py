@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from ..audio.formats import FORMATS, RESPONSE_FORMATS
+from ..audio.time_stretch import check_speed
 from ..errors import InvalidRequest, shown
 from ..families.options import SamplingOptions
-from ..formats import FORMATS, RESPONSE_FORMATS
-from ..pauses import Pause, split_pauses
-from ..text_segments import SPLITS
-from ..time_stretch import check_speed
-from ..voice_store import SavedVoice
-from ..voices import UnknownVoiceName, resolve_voice
+from ..text.pauses import Pause, split_pauses
+from ..text.segments import SPLITS
+from ..voices.resolve import UnknownVoiceName, resolve_voice
+from ..voices.store import SavedVoice
 from .errors import ApiError
 from .media import read_local_media
 

@@ -26,12 +26,12 @@ import anyio
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..audio import Audio
-from ..captions import Timeline
+from ..audio.events import Seam
+from ..audio.formats import encode_whole
+from ..audio.pcm import to_pcm16
+from ..audio.resample import StreamingResampler
+from ..audio.samples import Audio
 from ..errors import shown
-from ..formats import encode_whole
-from ..pauses import Seam
-from ..pcm import to_pcm16
 from ..serving.admission import admit
 from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
@@ -41,11 +41,11 @@ from ..serving.connections import (
 )
 from ..serving.refusal import Refusal
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
-from ..text_segments import SPLITS
-from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from ..text.captions import Timeline
+from ..text.segments import SPLITS
+from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from ..tts import TTS
 from .errors import ApiError
-from .resample import StreamingResampler
 from .speech_request import RequestRules, SpeechRequest, parse_speech_request
 
 log = logging.getLogger("mlx_speech.server")

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ModelLoadError, ModelNotFetched
-from ..lexicon import Lexicon
+from ..text.lexicon import Lexicon
 from ..tts import TTS
-from ..voice_store import VoiceStore
+from ..voices.store import VoiceStore
 from .refusal import Refusal
 
 log = logging.getLogger("mlx_speech.server")

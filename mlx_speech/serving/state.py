@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..engine import Engine, shared_engine
 from ..settings import ServerSettings
-from ..voice_store import VoiceStore
+from ..voices.store import VoiceStore
 from .connections import OpenSockets
 from .metrics import Metrics
 from .shutdown import Shutdown

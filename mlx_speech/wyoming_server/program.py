@@ -9,8 +9,8 @@ from importlib.metadata import version
 from wyoming.info import Attribution, Info, TtsProgram, TtsVoice
 
 from ..tts import TTS
-from ..voice_store import SavedVoice
-from ..voices import DEFAULT_VOICE
+from ..voices.resolve import DEFAULT_VOICE
+from ..voices.store import SavedVoice
 
 PROGRAM = "mlx-speech"
 _ATTRIBUTION = Attribution(

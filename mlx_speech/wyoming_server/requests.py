@@ -11,10 +11,10 @@ from typing import Any
 from wyoming.tts import SynthesizeTextFormat
 
 from ..errors import shown
-from ..ssml import is_ssml, ssml_verdict
-from ..text_stream import TextFeed, TextStream
+from ..text.ssml import is_ssml, ssml_verdict
+from ..text.stream import TextFeed, TextStream
 from ..tts import TTS
-from ..voices import UnknownVoiceName, resolve_voice
+from ..voices.resolve import UnknownVoiceName, resolve_voice
 
 
 class BadEvent(Exception):

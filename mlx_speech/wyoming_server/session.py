@@ -41,9 +41,9 @@ from wyoming.tts import (
     SynthesizeStopped,
 )
 
-from ..audio import Audio
+from ..audio.pcm import to_pcm16
+from ..audio.samples import Audio
 from ..errors import shown
-from ..pcm import to_pcm16
 from ..serving.admission import admit
 from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
@@ -55,7 +55,7 @@ from ..serving.connections import (
 from ..serving.refusal import Refusal
 from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
 from ..serving.state import ServerState
-from ..text_stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info
 from .requests import BadEvent, DeclaredSsml, SpeechAsked, speech_asked

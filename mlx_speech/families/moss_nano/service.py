@@ -25,10 +25,10 @@ from mlx_audio.tts.models.moss_tts_nano.text import (
 )
 from mlx_audio.tts.utils import load_model
 
-from ...audio import Audio
+from ...audio.samples import Audio
 from ...engine.batching import Pending
 from ...errors import ModelLoadError
-from ...voice_store import SavedVoice
+from ...voices.store import SavedVoice
 from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..fields import check_channels
 from ..languages import check_language

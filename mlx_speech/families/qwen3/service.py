@@ -18,9 +18,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ...audio import Audio
+from ...audio.samples import Audio
 from ...errors import InvalidRequest, ModelLoadError, shown
-from ...voice_store import SavedVoice
+from ...voices.store import SavedVoice
 from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule
 from ..chunks import chunks_of, finite_audio

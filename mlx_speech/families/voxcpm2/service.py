@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...audio import Audio
+from ...audio.samples import Audio
 from ...errors import InvalidRequest, ModelLoadError
 from .. import DEFAULT_LOAD, LoadOptions, SpeechInput, SpeechService
 from ..chunk_schedule import ChunkSchedule

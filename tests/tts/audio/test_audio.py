@@ -7,7 +7,7 @@ import pytest
 import soundfile
 
 from mlx_speech import Audio
-from mlx_speech.pcm import to_pcm16
+from mlx_speech.audio.pcm import to_pcm16
 from tests.tts.support.decoding import decode_with_ffmpeg
 
 

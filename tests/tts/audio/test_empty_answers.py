@@ -14,8 +14,8 @@ import pytest
 import soundfile
 from websockets.sync.client import connect
 
-from mlx_speech.formats import RESPONSE_FORMATS, encode_whole
-from mlx_speech.http.containers import StreamEncoder
+from mlx_speech.audio.containers import StreamEncoder
+from mlx_speech.audio.formats import RESPONSE_FORMATS, encode_whole
 from mlx_speech.server import ServerSettings
 from tests.tts.support.server import RunningServer
 

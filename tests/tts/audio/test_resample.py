@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlx_speech.http.resample import StreamingResampler
+from mlx_speech.audio.resample import StreamingResampler
 
 RATES = [(48000, 24000), (48000, 16000), (48000, 44100), (24000, 48000), (48000, 48000)]
 

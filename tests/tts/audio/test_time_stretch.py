@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mlx_speech.audio.time_stretch import TimeStretch, check_speed
 from mlx_speech.errors import InvalidRequest
-from mlx_speech.time_stretch import TimeStretch, check_speed
 
 RATE = 48000
 SPEEDS = [0.25, 0.5, 1.5, 2.0, 4.0]

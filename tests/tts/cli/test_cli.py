@@ -303,7 +303,7 @@ def test_speak_dash_speaks_each_sentence_before_standard_input_ends(speaking_dir
 
 
 def test_speak_play_says_what_is_missing_where_no_sound_library_works(speaking_dir):
-    pytest.importorskip("mlx_speech.playback")
+    pytest.importorskip("mlx_speech.cli.playback")
     try:
         import sounddevice  # noqa: F401
     except (ImportError, OSError):

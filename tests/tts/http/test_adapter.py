@@ -9,7 +9,7 @@ import anyio
 import numpy as np
 import pytest
 
-from mlx_speech.audio import Audio
+from mlx_speech.audio.samples import Audio
 from mlx_speech.engine import Engine
 from mlx_speech.http.adapter import AudioResponse, Delivery
 from mlx_speech.serving.metrics import Metrics

@@ -26,7 +26,7 @@ from mlx_speech.families.options import SamplingOptions
 from mlx_speech.http.errors import ApiError
 from mlx_speech.http.media import read_local_media
 from mlx_speech.server import ServerSettings
-from mlx_speech.voice_store import VoiceStore
+from mlx_speech.voices.store import VoiceStore
 from tests.tts.support.cli import MLX_SPEECH, run
 from tests.tts.support.server import RunningServer, assert_speaks
 from tests.tts.support.swaps import Swapping
@@ -268,7 +268,7 @@ def test_every_status_is_counted(server):
 def test_an_upload_deleted_at_once_still_answers_with_what_was_written(
     tmp_path, monkeypatch
 ):
-    import mlx_speech.voice_store as voice_store
+    import mlx_speech.voices.store as voice_store
 
     store = VoiceStore(tmp_path)
     real_fsync = voice_store._fsync_dir

@@ -15,8 +15,8 @@ import pytest
 import soundfile
 from websockets.sync.client import connect
 
-from mlx_speech.captions import Caption, srt, webvtt
 from mlx_speech.server import ServerSettings
+from mlx_speech.text.captions import Caption, srt, webvtt
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
 

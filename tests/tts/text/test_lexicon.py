@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import mlx_speech
-from mlx_speech.lexicon import MAX_LEXICON_BYTES, Lexicon, LexiconError, load_lexicon
 from mlx_speech.server import ServerSettings
+from mlx_speech.text.lexicon import MAX_LEXICON_BYTES, Lexicon, LexiconError, load_lexicon
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
 

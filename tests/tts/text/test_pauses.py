@@ -11,10 +11,10 @@ import pytest
 import soundfile
 from wyoming.tts import Synthesize
 
-from mlx_speech.joins import edge_samples
-from mlx_speech.pauses import Pause, split_pauses
-from mlx_speech.script import script_of
+from mlx_speech.audio.joins import edge_samples
 from mlx_speech.server import ServerSettings
+from mlx_speech.text.pauses import Pause, split_pauses
+from mlx_speech.text.script import script_of
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
 from tests.tts.support.silence import assert_joined, longest_zero_run, wyoming_pcm

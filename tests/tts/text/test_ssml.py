@@ -19,10 +19,10 @@ from wyoming.tts import (
 )
 
 import mlx_speech
-from mlx_speech.joins import edge_samples
-from mlx_speech.pauses import Pause
+from mlx_speech.audio.joins import edge_samples
 from mlx_speech.server import ServerSettings
-from mlx_speech.ssml import Spoken, SsmlError, Voicing, parse_ssml
+from mlx_speech.text.pauses import Pause
+from mlx_speech.text.ssml import Spoken, SsmlError, Voicing, parse_ssml
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
 from tests.tts.support.silence import assert_joined, longest_zero_run, wyoming_pcm

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from mlx_speech.normalization import TextNormalizer, clean_text, script_language
+from mlx_speech.text.normalization import TextNormalizer, clean_text, script_language
 
 # (written, after the robustness pass)
 ROBUST = [
@@ -269,7 +269,7 @@ def test_long_text_is_read_a_sentence_at_a_time(normalizer):
 
 
 def test_a_short_text_waits_for_one_part_of_a_long_one_not_all():
-    from mlx_speech.normalization.grammars import _TakenInTurn
+    from mlx_speech.text.normalization.grammars import _TakenInTurn
 
     lock, order = _TakenInTurn(), []
 

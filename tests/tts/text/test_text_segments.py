@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_speech.text_segments import MAX_WHOLE_CHARS, TextSegmenter
+from mlx_speech.text.segments import MAX_WHOLE_CHARS, TextSegmenter
 
 
 def segments(text: str, split: str = "sentence", delta: int = 1, **options) -> list[str]:

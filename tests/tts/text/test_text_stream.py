@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from mlx_speech.text_stream import SEGMENTS_AHEAD, SegmentEnded, SegmentStarted
+from mlx_speech.text.stream import SEGMENTS_AHEAD, SegmentEnded, SegmentStarted
 from tests.tts.support.clip_decodes import counted_decodes
 from tests.tts.support.idle import wait_until_idle
 
@@ -168,7 +168,7 @@ def test_text_faster_than_speech_is_held_back_not_buffered(speaking_tts):
     """A producer that never waits and a reader that stops after one chunk:
     the text read stops at ``SEGMENTS_QUEUED`` segments not yet spoken (it
     grew to millions of segments), and closing frees them."""
-    from mlx_speech.text_stream import SEGMENTS_QUEUED
+    from mlx_speech.text.stream import SEGMENTS_QUEUED
 
     produced = []
 

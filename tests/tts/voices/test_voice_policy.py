@@ -1,4 +1,5 @@
-"""The one voice policy (``mlx_speech.voices``) that HTTP, the CLI and Python share."""
+"""The one voice policy (``mlx_speech.voices.resolve``) that HTTP, the CLI and
+Python share."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 import soundfile
 
 import mlx_speech
-from mlx_speech.voice_store import SavedVoice
-from mlx_speech.voices import UnknownVoiceName, parse_aliases, resolve_voice
+from mlx_speech.voices.resolve import UnknownVoiceName, parse_aliases, resolve_voice
+from mlx_speech.voices.store import SavedVoice
 
 SAVED = SavedVoice("narrator", Path("/nowhere/narrator"), "clip.wav", None, 0.0, 1.0)
 

@@ -18,10 +18,10 @@ import pytest
 import soundfile
 
 import mlx_speech
-from mlx_speech import voice_store
 from mlx_speech.errors import InvalidRequest
 from mlx_speech.server import ServerSettings
-from mlx_speech.voice_store import VoiceStore
+from mlx_speech.voices import store as voice_store
+from mlx_speech.voices.store import VoiceStore
 from tests.tts.support.case_insensitive import case_insensitive
 from tests.tts.support.server import RunningServer
 
@@ -417,7 +417,7 @@ def test_openai_sdk_reaches_a_saved_voice(voice_server, tmp_path):
 
 WRITER = """
 import sys, io, numpy as np, soundfile
-from mlx_speech.voice_store import VoiceStore
+from mlx_speech import VoiceStore
 store = VoiceStore(sys.argv[1])
 t = np.arange(48000 * 25) / 48000
 buffer = io.BytesIO()

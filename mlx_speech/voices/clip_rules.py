@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InvalidRequest
+from ..errors import InvalidRequest
 
 MIN_CLIP_SECONDS, MAX_CLIP_SECONDS = 0.5, 30.0
 MAX_CLIP_CHANNELS = 8

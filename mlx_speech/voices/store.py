@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
+from ..errors import InvalidRequest, shown
 from .clip_rules import check_clip_header, check_ref_text, decoding_failure
-from .errors import InvalidRequest, shown
 
 log = logging.getLogger("mlx_speech.voices")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .audio import Audio
+from ..audio.samples import Audio
 from .segment_marks import SegmentEnded, SegmentStarted
 
 CAPTION_FORMATS = ("vtt", "srt")

@@ -23,12 +23,12 @@ import threading
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
 
-from .audio import Audio
-from .audio_events import AudioEvents, events_of
+from ..audio.events import AudioEvents, events_of
+from ..audio.samples import Audio
 from .captions import Caption, Timeline
 from .script import shown_text
 from .segment_marks import SegmentEnded, SegmentStarted
-from .text_segments import TextSegmenter
+from .segments import TextSegmenter
 
 # Segments held (generated or generating) but not yet read to their end.
 SEGMENTS_AHEAD = 2

@@ -14,7 +14,7 @@ import soundfile
 
 from .aac import RATES as AAC_RATES
 from .aac import encode_aac
-from .empty_audio import completed_empty
+from .empty import completed_empty
 from .pcm import to_pcm16
 
 MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidRequest, shown
-from .formats import FORMATS
-from .voice_store import SavedVoice
+from ..audio.formats import FORMATS
+from ..errors import InvalidRequest, shown
+from .store import SavedVoice
 
 DEFAULT_VOICE = "default"
 # The names OpenAI's clients and tutorials send (its API requires a voice).

@@ -16,22 +16,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import DEFAULT_MODEL
-from .backends import (
+from .. import DEFAULT_MODEL
+from ..audio.formats import FORMATS, RESPONSE_FORMATS, format_for_path
+from ..backends import (
     BACKEND_VARIABLE,
     BACKENDS,
     FIRST_COMPILE_NOTICE,
     mlx_compiled_here_before,
 )
-from .errors import ModelNotFetched, shown
-from .families import QUANTIZE_BITS
-from .formats import FORMATS, RESPONSE_FORMATS, format_for_path
-from .host_engine.blas import active_blas, use_fast_blas
-from .lexicon import load_lexicon
-from .regular_files import open_regular
-from .settings import ServerSettings
-from .text_segments import SPLITS
-from .voices import parse_aliases
+from ..errors import ModelNotFetched, shown
+from ..families import QUANTIZE_BITS
+from ..host_engine.blas import active_blas, use_fast_blas
+from ..regular_files import open_regular
+from ..settings import ServerSettings
+from ..text.lexicon import load_lexicon
+from ..text.segments import SPLITS
+from ..voices.resolve import parse_aliases
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -221,8 +221,8 @@ def _normalize_parser(commands) -> None:
 
 
 def _normalize(args: argparse.Namespace) -> None:
-    from .families.fields import check_text
-    from .normalization import TextNormalizer
+    from ..families.fields import check_text
+    from ..text.normalization import TextNormalizer
 
     lexicon = load_lexicon(args.lexicon) if args.lexicon else None
     text = _read_text(sys.stdin.buffer) if args.text == "-" else args.text
@@ -485,9 +485,9 @@ def _serve_wyoming_alone(state) -> None:
     finish for the grace, as ``_run_until_signalled`` lets it."""
     import anyio
 
-    from .serving.lifetime import serving
-    from .serving.shutdown import END_EARLY_SECONDS
-    from .wyoming_server import serve_wyoming
+    from ..serving.lifetime import serving
+    from ..serving.shutdown import END_EARLY_SECONDS
+    from ..wyoming_server import serve_wyoming
 
     slot = state.slot
     grace = state.settings.shutdown_timeout
@@ -535,7 +535,7 @@ def _run_until_signalled(server, state, grace_seconds: float) -> None:
     and the process then exits 0, as a service manager expects. uvicorn drops
     WebSocket sessions as soon as it stops, so it is told to stop once they
     have ended themselves (``http.speech_socket``) or the grace has passed."""
-    from .serving.shutdown import END_EARLY_SECONDS
+    from ..serving.shutdown import END_EARLY_SECONDS
 
     stopping = threading.Event()
 
@@ -597,7 +597,7 @@ def _voices_parser(commands) -> None:
 
 
 def _voices(args: argparse.Namespace) -> None:
-    from mlx_speech.voice_store import UnknownVoice, VoiceStore
+    from mlx_speech.voices.store import UnknownVoice, VoiceStore
 
     store = VoiceStore(args.voices_dir)
     if args.action == "list":
@@ -628,7 +628,7 @@ def _voices(args: argparse.Namespace) -> None:
 
 
 def _push(store, args: argparse.Namespace) -> None:
-    from mlx_speech.voice_push import push_voice, voices_url
+    from mlx_speech.voices.push import push_voice, voices_url
 
     if args.names:
         unknown = [name for name in args.names if store.find(name) is None]
@@ -712,8 +712,8 @@ def _speech_stream(tts, args: argparse.Namespace):
 def _chunks_saying_segments(stream, say: bool):
     """A text stream's chunks, telling standard error what each segment says
     (``say``)."""
-    from .audio import Audio
-    from .text_stream import SegmentStarted, TextStream
+    from ..audio.samples import Audio
+    from ..text.stream import SegmentStarted, TextStream
 
     if not isinstance(stream, TextStream):
         yield from stream
@@ -758,7 +758,7 @@ def _speak(args: argparse.Namespace) -> None:
 
 
 def _write_captions(path: str, captions: list) -> None:
-    from .captions import srt, webvtt
+    from ..text.captions import srt, webvtt
 
     write = webvtt if Path(path).suffix.lower() == ".vtt" else srt
     Path(path).write_text(write(captions), encoding="utf-8")

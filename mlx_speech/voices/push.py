@@ -9,7 +9,7 @@ import secrets
 import urllib.error
 import urllib.request
 
-from .voice_store import SavedVoice
+from .store import SavedVoice
 
 TIMEOUT_SECONDS = 60
 

@@ -10,8 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import signal
 
-from ..audio_events import events_of
-from ..pauses import Seam
+from .events import Seam, events_of
 
 ZERO_CROSSINGS = 16
 KAISER_BETA = 8.6

@@ -7,9 +7,17 @@ spoken apart (``PausedStream``). Iterating one gives its ``Audio`` chunks;
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from .audio import Audio
+from .samples import Audio
+
+
+@dataclass(frozen=True)
+class Seam:
+    """Where one part's audio (or a pause) ends and the next begins: a
+    resampler starts afresh there, so a pause stays exact silence at any
+    output rate."""
 
 
 class AudioEvents:

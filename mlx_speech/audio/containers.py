@@ -7,10 +7,10 @@ import struct
 import numpy as np
 import soundfile
 
-from ..aac import AacEncoder
-from ..empty_audio import completed_empty
-from ..formats import FORMATS, encode_whole
-from ..pcm import to_pcm16
+from .aac import AacEncoder
+from .empty import completed_empty
+from .formats import FORMATS, encode_whole
+from .pcm import to_pcm16
 
 _SFC_SET_BITRATE_MODE = 0x1305
 _SF_BITRATE_MODE_CONSTANT = 0

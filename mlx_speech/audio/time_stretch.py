@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .audio import Audio
-from .errors import InvalidRequest, shown
-from .families.options import finite_number
+from ..errors import InvalidRequest, finite_number, shown
+from .samples import Audio
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 FRAME_SECONDS = 0.025

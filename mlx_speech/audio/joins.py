@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .audio import Audio
+from .samples import Audio
 
 EDGE_SECONDS = 0.002
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .regular_files import open_regular
+from ..regular_files import open_regular
 from .xml_documents import XmlError, local_name, parse
 
 MAX_LEXICON_BYTES = 4 * 1024 * 1024

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from ..families.languages import iso_code
+from ...families.languages import iso_code
 from .grammars import LANGUAGES, Grammars, read_until_past
 from .robust import clean_text
 from .scripts import script_language

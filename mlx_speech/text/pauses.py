@@ -13,23 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from .audio import Audio
-from .audio_events import AudioEvents
-from .errors import InvalidRequest
-from .joins import faded
+from ..audio.events import AudioEvents, Seam
+from ..audio.joins import faded
+from ..audio.samples import Audio
+from ..errors import InvalidRequest
 
 PAUSE_TAG = re.compile(r"\[\s*pause\s*:\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\]", re.IGNORECASE)
 # A request's pauses together: silence is cheap to make but not to hold
 # (a buffered answer keeps all of it).
 MAX_PAUSE_SECONDS = 60.0
 _SILENCE_CHUNK_SECONDS = 0.25
-
-
-@dataclass(frozen=True)
-class Seam:
-    """Where one part's audio (or a pause) ends and the next begins: a
-    resampler starts afresh there, so a pause stays exact silence at any
-    output rate."""
 
 
 @dataclass(frozen=True)
