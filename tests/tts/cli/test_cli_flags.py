@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mlx_speech import DEFAULT_MODEL
-from mlx_speech.cli import build_parser, server_settings
+from mlx_speech.cli import build_parser
+from mlx_speech.cli.serve import server_settings
 from mlx_speech.settings import ServerSettings
 
 pytestmark = pytest.mark.slow  # the command in subprocesses

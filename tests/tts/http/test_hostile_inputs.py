@@ -21,7 +21,7 @@ import pytest
 import soundfile
 
 import mlx_speech
-from mlx_speech.cli import SAMPLING_FLAGS
+from mlx_speech.cli.arguments import SAMPLING_FLAGS
 from mlx_speech.families.options import SamplingOptions
 from mlx_speech.http.errors import ApiError
 from mlx_speech.http.media import read_local_media

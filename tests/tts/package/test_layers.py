@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md, as a fresh interpreter sees them:
 the serving core knows no protocol, and the Wyoming adapter stands on the
-core, not on HTTP (``--no-http`` loads neither HTTP's modules nor
-Starlette)."""
+core, not on HTTP (``--no-http``, through ``server``, loads neither HTTP's
+modules nor Starlette)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def modules_loaded_by(module: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["mlx_speech.serving.state", "mlx_speech.wyoming_server"]
+    "module", ["mlx_speech.serving.state", "mlx_speech.wyoming_server", "mlx_speech.server"]
 )
 def test_the_core_and_wyoming_load_nothing_of_http(module):
     loaded = modules_loaded_by(module)

@@ -10,7 +10,8 @@ import httpx
 import uvicorn
 
 import mlx_speech
-from mlx_speech.server import ServerSettings, create_app, uvicorn_config
+from mlx_speech.http.app import uvicorn_config
+from mlx_speech.server import ServerSettings, create_app
 
 
 class RunningServer:

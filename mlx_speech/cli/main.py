@@ -1,0 +1,48 @@
+"""The ``mlx-speech`` command: its subcommands, each a module of this package,
+and one line for any error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ModelNotFetched
+from ..host_engine.blas import use_fast_blas
+from . import normalize, serve, speak, voices
+from .arguments import Parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="mlx-speech", description="Local text-to-speech on MLX.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve.add_parser(commands)
+    speak.add_parser(commands)
+    voices.add_parser(commands)
+    normalize.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and usage errors end here, at once
+    if args.command == "serve" and not args.http and args.wyoming_port is None:
+        parser.error("--no-http serves Wyoming alone: it needs --wyoming-port")
+    if argv is None and args.command in ("serve", "speak"):
+        use_fast_blas()  # re-executes the command (parsed again) with OpenBLAS
+    try:
+        commands = {
+            "serve": serve.run,
+            "speak": speak.run,
+            "voices": voices.run,
+            "normalize": normalize.run,
+        }
+        commands[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # noqa: BLE001 - one line, never a traceback
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, ModelNotFetched):
+            message = error.saying("pass --model DIR, a directory")
+        print(f"mlx-speech: error: {message}", file=sys.stderr)
+        return 1
+    return 0
