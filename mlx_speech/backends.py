@@ -8,6 +8,9 @@
   CPU: its frame step, codec decoder and activations where each passes its
   check against MLX's numbers, the rest through MLX.
 - ``auto`` (the default): the host engine where it can run, else MLX.
+
+It is the one module that imports the host engine (``host_engine``, Linux's),
+and only on Linux, where it is used: a Mac loads nothing of it.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ def accelerator_for(backend: str, family: str):
                 f"{family}; use the mlx or auto backend"
             )
         return None, "the host engine runs MOSS-TTS-Nano only"
+    if sys.platform != "linux":  # checked here, so a Mac imports none of it
+        if backend == "host":
+            raise ModelLoadError("the host backend cannot run here: it runs on Linux only")
+        return None, "the host engine cannot run here: it runs on Linux only"
     from .host_engine.engine import Unavailable, open_host_engine
 
     try:
@@ -87,3 +94,31 @@ def mlx_compiled_here_before() -> bool:
 
     kept = Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "cpu"
     return kept.is_dir() and any(kept.iterdir())
+
+
+def use_fast_blas() -> None:
+    """On Linux, re-execute the command with OpenBLAS under MLX where the
+    system has it (``host_engine.blas``); elsewhere nothing."""
+    if sys.platform == "linux":
+        from .host_engine.blas import use_fast_blas as switch_to_openblas
+
+        switch_to_openblas()
+
+
+def blas_name() -> str:
+    """The BLAS that MLX's CPU work runs on, in a few words."""
+    if sys.platform != "linux":
+        return "Accelerate" if sys.platform == "darwin" else "unknown"
+    from .host_engine.blas import active_blas
+
+    return active_blas()
+
+
+def slow_blas_warning() -> str | None:
+    """A sentence where MLX's CPU work runs on the mlx-cpu wheel's
+    reference BLAS (Linux), else None."""
+    if sys.platform != "linux":
+        return None
+    from .host_engine.blas import reference_blas_warning
+
+    return reference_blas_warning()

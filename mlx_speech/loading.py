@@ -6,11 +6,10 @@ import logging
 from pathlib import Path
 
 from . import DEFAULT_MODEL
-from .backends import accelerator_for, device_name, requested_backend
+from .backends import accelerator_for, device_name, requested_backend, slow_blas_warning
 from .engine import shared_engine
 from .errors import ModelLoadError
 from .families import QUANTIZE_BITS, LoadOptions
-from .host_engine.blas import reference_blas_warning
 from .registry import FAMILIES, model_family, resolve_model_dir
 from .text.lexicon import Lexicon, load_lexicon
 from .text.normalization import TextNormalizer
@@ -79,7 +78,7 @@ def load(
     normalizer = TextNormalizer()
     grammars = normalizer.preload()  # beside the model, not after it
     service, device = engine.call(load_on_worker)
-    if device == "cpu" and (slow := reference_blas_warning()) is not None:
+    if device == "cpu" and (slow := slow_blas_warning()) is not None:
         log.warning(slow)
     grammars.join()  # so the first request does not wait for them
     tts = TTS(service, engine, store, aliases, normalize, normalizer, device)

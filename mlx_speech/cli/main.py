@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..backends import use_fast_blas
 from ..errors import ModelNotFetched
-from ..host_engine.blas import use_fast_blas
 from . import normalize, serve, speak, voices
 from .arguments import Parser
 

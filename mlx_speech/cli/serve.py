@@ -11,8 +11,7 @@ from pathlib import Path
 
 from .. import DEFAULT_MODEL
 from ..audio.formats import RESPONSE_FORMATS
-from ..backends import FIRST_COMPILE_NOTICE, mlx_compiled_here_before
-from ..host_engine.blas import active_blas
+from ..backends import FIRST_COMPILE_NOTICE, blas_name, mlx_compiled_here_before
 from ..settings import ServerSettings
 from ..text.lexicon import load_lexicon
 from ..voices.resolve import parse_aliases
@@ -230,7 +229,7 @@ def run(args: argparse.Namespace) -> None:
     settings = server_settings(args)
     log = logging.getLogger("mlx_speech.server")
     if sys.platform == "linux":  # where MLX's CPU work may lack a fast BLAS
-        log.info("BLAS: %s", active_blas())
+        log.info("BLAS: %s", blas_name())
     if not mlx_compiled_here_before():
         log.info(FIRST_COMPILE_NOTICE)
     if not settings.http:

@@ -14,8 +14,7 @@ import numpy as np
 
 from .. import DEFAULT_MODEL
 from ..audio.formats import FORMATS, format_for_path
-from ..backends import FIRST_COMPILE_NOTICE, mlx_compiled_here_before
-from ..host_engine.blas import active_blas
+from ..backends import FIRST_COMPILE_NOTICE, blas_name, mlx_compiled_here_before
 from ..text.segments import SPLITS
 from .arguments import (
     SAMPLING_FLAGS,
@@ -140,7 +139,7 @@ def run(args: argparse.Namespace) -> None:
     if args.captions is not None:
         _write_captions(args.captions, stream.captions)
         print(f"wrote {args.captions}: {len(stream.captions)} captions")
-    blas = f", BLAS: {active_blas()}" if tts.device == "cpu" else ""
+    blas = f", BLAS: {blas_name()}" if tts.device == "cpu" else ""
     print(f"backend: {tts.backend} on {tts.device}{blas}")
     if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")

@@ -29,3 +29,34 @@ def test_the_core_and_wyoming_load_nothing_of_http(module):
     assert not http, f"{module} loads {sorted(http)}"
     if module == "mlx_speech.serving.state":
         assert "mlx_speech.wyoming_server" not in loaded
+
+
+AS_ON_A_MAC = """
+import sys
+import urllib.request  # noqa: its macOS branch needs macOS itself
+import mlx.core, mlx_audio, numpy, scipy.signal, soundfile  # noqa
+sys.platform = "darwin"  # from here on, mlx-speech sees a Mac
+import mlx_speech
+tts = mlx_speech.load(sys.argv[1], voices_dir=sys.argv[2])
+audio = tts.speak("Hello there.", max_new_tokens=3, seed=1)
+print(tts.backend, audio.duration > 0)
+print("\\n".join(name for name in sys.modules if name.startswith("mlx_speech.")))
+"""
+
+
+@pytest.mark.slow
+def test_a_mac_loads_and_speaks_without_importing_the_host_engine(speaking_dir, tmp_path):
+    """What lint-imports cannot see: backends imports the host engine inside
+    a function; on a Mac that import never runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", AS_ON_A_MAC, str(speaking_dir), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    first, *loaded = done.stdout.split("\n")
+    assert first == "mlx True"
+    assert "mlx_speech.families.moss_nano.service" in loaded  # it did load the model
+    linux = [name for name in loaded if name.startswith("mlx_speech.host_engine")]
+    assert not linux, f"a Mac's path loads {linux}"
