@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -16,6 +16,7 @@ from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
 from .families.fields import check_text
 from .families.languages import language_codes
+from .request import SpeechRequest, TextTooLong
 from .text.lexicon import Lexicon
 from .text.normalization import TextNormalizer
 from .text.pauses import Pause, PausedStream, check_pauses, pause_seconds
@@ -26,9 +27,17 @@ from .voices.clip_rules import check_ref_text
 from .voices.resolve import resolve_voice
 from .voices.store import VoiceStore
 
-# ``normalize=AS_READ``: the text is already as the model reads it (the
-# lexicon applied and normalized, as ``stream_text`` does per segment).
-AS_READ = object()
+SpeechStream = ChunkStream | StretchedStream | PausedStream
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A ``SpeechRequest`` resolved once (``TTS.resolve``)."""
+
+    asked: SpeechRequest
+    voice: Any  # as the family takes it
+    speed: float
+    normalize: bool
 
 
 @dataclass(frozen=True)
@@ -103,56 +112,80 @@ class TTS:
 
     def resolve_voice(self, voice: Any) -> Any:
         """``voice`` by the one policy (``voices.resolve``), file paths allowed."""
-        return self._resolved(voice, paths=True)
+        return self._voice(voice, paths=True)
 
-    def _resolved(self, voice: Any, *, paths: bool) -> Any:
+    def _voice(self, voice: Any, *, paths: bool, hint: str | None = None) -> Any:
+        """The one place a voice is resolved, for every surface."""
         return resolve_voice(
             voice,
             presets=self._service.voices,
             find_saved=self.voice_store.find,
-            hint=self._service.voice_hint,
+            hint=hint or self._service.voice_hint,
             paths=paths,
             aliases=self.voice_aliases,
         )
 
-    def prepare(
-        self,
-        text: str,
-        voice: Any = None,
-        ref_text: str | None = None,
-        instructions: str | None = None,
-        language: str | None = None,
-        normalize: bool | None = None,
-        channels: int | None = None,
-        **sampling: Any,
-    ) -> Any:
-        """Validate a request (``ValueError``) without running it; returns the
-        family's request, which ``stream`` then runs. ``normalize`` (default:
-        the TTS's) reads numbers, symbols and dates out and cleans the text
-        (``mlx_speech.text.normalization``) before the model sees it. ``channels``
-        2 asks for a stereo model's own channels (``channels``) instead of
-        their mono mix; chunks are then ``[samples, 2]``."""
-        text, ref_text = self._as_read(text, ref_text, language, normalize)
-        asked = SpeechInput(
-            text,
-            self.resolve_voice(voice),
-            ref_text,
-            instructions,
-            language,
-            sampling,
-            channels,
+    def resolve(self, request: SpeechRequest) -> Resolved:
+        """``request`` resolved, once: its voice found, its pace, its
+        normalization and its text's length checked (``ValueError``)."""
+        speed = check_speed(request.speed)
+        normalize = self._normalizes(request.normalize)
+        limit = self.max_text_chars
+        if limit is not None and len(request.text) > limit:
+            raise TextTooLong(
+                f"the text is {len(request.text)} characters; the limit is {limit}: "
+                "send it in parts"
+            )
+        voice = self._voice(
+            request.voice, paths=request.voice_paths, hint=request.voice_hint
         )
-        return self._service.prepare(asked)
+        return Resolved(request, voice, speed, normalize)
+
+    def prepare(self, text: str, voice: Any = None, **options: Any) -> Any:
+        """Validate a request (``ValueError``) without running it; returns the
+        family's request, which ``stream`` then runs. Takes the keywords of
+        ``stream``. ``normalize`` (default: the TTS's) reads numbers, symbols
+        and dates out and cleans the text (``mlx_speech.text.normalization``)
+        before the model sees it. ``channels`` 2 asks for a stereo model's own
+        channels (``channels``) instead of their mono mix; chunks are then
+        ``[samples, 2]``."""
+        resolved = self.resolve(SpeechRequest.of(text, voice, **options))
+        return self._prepared_whole(resolved)
+
+    def _prepared_whole(self, resolved: Resolved) -> Any:
+        """The family's request for ``resolved``'s whole text, read out."""
+        asked = resolved.asked
+        text, ref_text = self._as_read(
+            asked.text, asked.ref_text, asked.language, resolved.normalize
+        )
+        return self._prepared(resolved, text, ref_text, resolved.voice, asked.language)
+
+    def _prepared(
+        self, resolved: Resolved, read: str, ref_text: Any, voice: Any, language: Any
+    ) -> Any:
+        """The family's request for text already read out (``read``)."""
+        asked = resolved.asked
+        return self._service.prepare(
+            SpeechInput(
+                read,
+                voice,
+                ref_text,
+                asked.instructions,
+                language,
+                dict(asked.sampling),
+                asked.channels,
+            )
+        )
 
     def _as_read(
-        self, text: str, ref_text: str | None, language: Any, normalize: Any
+        self, text: str, ref_text: str | None, language: Any, normalize: bool
     ) -> tuple[str, str | None]:
         """``text`` and ``ref_text`` as the model reads them; ``text`` within
         ``max_text_chars``."""
         written = len(text) if isinstance(text, str) else 0
-        if isinstance(text, str) and self.lexicon is not None and normalize is not AS_READ:
+        if isinstance(text, str) and self.lexicon is not None:
             text = self._said_by_lexicon(text, written)
-        if not self._normalizes(normalize):
+        if not normalize:
             if isinstance(text, str):
                 self._check_length(text, written)
             return text, ref_text
@@ -168,8 +201,7 @@ class TTS:
         limit = self.max_text_chars
         said = self.lexicon.apply(text, most=limit)
         if limit is not None and len(said) > limit:  # cut short as it passed
-            raise InvalidRequest(
-                "text",
+            raise TextTooLong(
                 f"the text is {written} characters and more than {limit} once the "
                 f"lexicon's words are said; the limit is {limit}: send it in parts",
             )
@@ -189,16 +221,24 @@ class TTS:
                 f"and symbols are read out; the limit is {limit}: send it in parts, or "
                 "with normalization off"
             )
-        raise InvalidRequest("text", message)
+        raise TextTooLong(message)
 
-    def check(
-        self, text: str, voice: Any = None, *, speed: float | None = None, **options: Any
-    ) -> tuple[str, ...]:
+    def check(self, text: str, voice: Any = None, **options: Any) -> tuple[str, ...]:
         """Validate what ``stream`` takes (``ValueError``) without running it;
         returns the fields the model ignores."""
-        check_speed(speed)
-        self._normalizes(options.pop("normalize", None))  # checked, not run
-        return self.prepare(text, voice, normalize=False, **options).ignored
+        return self.check_request(SpeechRequest.of(text, voice, **options))
+
+    def check_request(self, request: SpeechRequest) -> tuple[str, ...]:
+        """``check`` for a ``SpeechRequest``: its text is checked, not read out."""
+        resolved = self.resolve(request)
+        return self._checked(resolved, request.text)
+
+    def _checked(self, resolved: Resolved, text: str) -> tuple[str, ...]:
+        asked = resolved.asked
+        request = self._prepared(
+            resolved, text, asked.ref_text, resolved.voice, asked.language
+        )
+        return request.ignored
 
     def normalized(self, text: str, language: str | None = None) -> str:
         """``text`` as the model is given it when normalization is on (the
@@ -211,15 +251,11 @@ class TTS:
     def _normalizes(self, normalize: Any) -> bool:
         if normalize is None:
             return self.normalize
-        if normalize is AS_READ:
-            return False
         if not isinstance(normalize, bool):
             raise InvalidRequest("normalize", "normalize must be true or false")
         return normalize
 
-    def stream(
-        self, text: str, voice: Any = None, *, speed: float | None = None, **options: Any
-    ) -> ChunkStream | StretchedStream:
+    def stream(self, text: str, voice: Any = None, **options: Any) -> SpeechStream:
         """Audio chunks as they are produced; the first is a single codec frame.
 
         Takes the keywords of ``prepare``: ``ref_text``, ``instructions``,
@@ -228,13 +264,22 @@ class TTS:
         is validated here (``ValueError``); generation starts on the first
         read. ``cancel()`` or dropping the iterator stops it.
         """
-        speed = check_speed(speed)
-        script = script_of(text) if isinstance(text, str) else None
+        return self.open(SpeechRequest.of(text, voice, **options))
+
+    def open(self, request: SpeechRequest) -> SpeechStream:
+        """``stream`` for a ``SpeechRequest``."""
+        resolved = self.resolve(request)
+        script = script_of(request.text) if isinstance(request.text, str) else None
         if script is None:
-            return self._opened(self.prepare(text, voice, **options), speed)
-        resolved = self._service.reusable_voice(self.resolve_voice(voice))
-        read_parts, _ = self._read_parts(script.parts, options)
-        return self._paused(read_parts, resolved, speed, options, tuple(script.ignored))
+            return self._opened(self._prepared_whole(resolved), resolved.speed)
+        reusable = self._reusable(resolved)
+        read_parts, _ = self._read_parts(script.parts, reusable)
+        return self._paused(read_parts, reusable, tuple(script.ignored))
+
+    def _reusable(self, resolved: Resolved) -> Resolved:
+        """``resolved`` with its voice in the form the family takes again
+        cheaply, for its parts or segments (a clip decoded once)."""
+        return replace(resolved, voice=self._service.reusable_voice(resolved.voice))
 
     def _opened(self, request: Any, speed: float) -> ChunkStream | StretchedStream:
         stream = self._engine.stream(lambda: self._service.synthesize(request))
@@ -244,42 +289,38 @@ class TTS:
         return StretchedStream(stream, speed, self.sample_rate)
 
     def _read_parts(
-        self, parts: list[Spoken | Pause], options: dict[str, Any]
+        self, parts: list[Spoken | Pause], resolved: Resolved
     ) -> tuple[list[_ReadPart | Pause], int]:
         """Each part as the model reads it (with its ``ref_text``), and how
         many characters they are together, within ``max_text_chars``."""
+        asked = resolved.asked
         read_parts: list[_ReadPart | Pause] = []
         total = 0
         for part in parts:
             if isinstance(part, Pause):
                 read_parts.append(part)
                 continue
-            language = part.voicing.language or options.get("language")
+            language = part.voicing.language or asked.language
             read, ref_text = self._as_read(
-                part.text, options.get("ref_text"), language, options.get("normalize")
+                part.text, asked.ref_text, language, resolved.normalize
             )
             total += len(read)
             read_parts.append(_ReadPart(read, ref_text, part.voicing))
         if self.max_text_chars is not None and total > self.max_text_chars:
-            raise InvalidRequest(
-                "text",
+            raise TextTooLong(
                 f"the text is more than {self.max_text_chars} characters as it is read "
                 "out; send it in parts",
             )
         return read_parts, total
 
     def _paused(
-        self,
-        read_parts: list,
-        voice: Any,
-        speed: float,
-        options: dict[str, Any],
-        marked: tuple[str, ...] = (),
+        self, read_parts: list, resolved: Resolved, marked: tuple[str, ...] = ()
     ) -> PausedStream:
         """The parts' audio with the pauses' silence between, each part in its
         own voice, pace and language (all checked now; each part's generation
         starts once the one before ends); ``marked``: SSML not read, named in
         ``ignored`` with the fields the model did not use."""
+        asked = resolved.asked
         items: list = []
         ignored: tuple[str, ...] = ()
         for part in read_parts:
@@ -287,19 +328,24 @@ class TTS:
                 items.append(part)
                 continue
             voicing = part.voicing
-            as_read = {**options, "ref_text": part.ref_text, "normalize": AS_READ}
-            if voicing.language is not None:
-                as_read["language"] = voicing.language
-            own_voice = voice if voicing.voice is None else self._voice_named(voicing.voice)
-            request = self.prepare(part.read, own_voice, **as_read)
+            language = voicing.language or asked.language
+            own_voice = (
+                resolved.voice
+                if voicing.voice is None
+                else self._voice_named(voicing.voice)
+            )
+            request = self._prepared(
+                resolved, part.read, part.ref_text, own_voice, language
+            )
             ignored = request.ignored
-            items.append(partial(self._opened, request, check_speed(speed * voicing.pace)))
-        channels = options.get("channels") or 1
+            pace = check_speed(resolved.speed * voicing.pace)
+            items.append(partial(self._opened, request, pace))
+        channels = asked.channels or 1
         return PausedStream(items, self.sample_rate, channels, (*ignored, *marked))
 
     def _voice_named(self, name: str) -> Any:
         """An SSML ``<voice name=>``: a voice's name (never a file)."""
-        return self._service.reusable_voice(self._resolved(name, paths=False))
+        return self._service.reusable_voice(self._voice(name, paths=False))
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
@@ -322,7 +368,13 @@ class TTS:
         apply to every segment; they are validated here (``ValueError``).
         ``close()`` cancels what is queued and running.
         """
-        segmenter, speak, ignored = self._text_speaker(voice, split, options)
+        return self.open_text(deltas, SpeechRequest.of("", voice, **options), split)
+
+    def open_text(
+        self, deltas: Iterable[str], request: SpeechRequest, split: str = "sentence"
+    ) -> TextStream:
+        """``stream_text`` for a ``SpeechRequest`` (its ``text`` unused)."""
+        segmenter, speak, ignored = self._text_speaker(request, split)
         stream = TextStream(deltas, segmenter, speak, self.sample_rate)
         stream.ignored = ignored
         return stream
@@ -337,43 +389,43 @@ class TTS:
     ) -> AsyncTextStream:
         """``stream_text`` for asyncio: ``async for chunk in ...``; ``aclose()``
         cancels."""
-        segmenter, speak, _ = self._text_speaker(voice, split, options)
+        request = SpeechRequest.of("", voice, **options)
+        segmenter, speak, _ = self._text_speaker(request, split)
         feed = TextFeed()
         stream = TextStream(feed, segmenter, speak, self.sample_rate)
         return AsyncTextStream(deltas, feed, stream)
 
-    def _text_speaker(self, voice: Any, split: str, options: dict[str, Any]):
-        """The segmenter, the per-segment ``stream`` of a text stream and the
+    def _text_speaker(self, request: SpeechRequest, split: str):
+        """The segmenter, the per-segment stream of a text stream and the
         fields the model ignores, checked once so that a bad option fails the
         call, not a segment."""
         segmenter = TextSegmenter(split)
         # a clip is decoded once for every segment (it cost each a decode)
-        resolved = self._service.reusable_voice(self.resolve_voice(voice))
-        ignored = self.check("Checking the options.", resolved, **options)
-
+        resolved = self._reusable(self.resolve(request))
+        ignored = self._checked(resolved, "Checking the options.")
         limit, read_out, paused = self.max_text_chars, 0, 0.0
 
-        def speak(text: str) -> PausedStream | ChunkStream | StretchedStream:
+        def speak(text: str) -> SpeechStream:
             # the limits hold for the whole stream, as for one request
             nonlocal read_out, paused
             script = script_of(text)
             parts = script.parts if script is not None else [Spoken(text, Voicing())]
             paused += pause_seconds(parts)
             check_pauses(paused)
-            read_parts, read = self._read_parts(parts, options)
+            read_parts, read = self._read_parts(parts, resolved)
             read_out += read
             if limit is not None and read_out > limit:
-                raise InvalidRequest(
-                    "text",
+                raise TextTooLong(
                     f"this text passed {limit} characters as it is read out; "
                     "the rest is not spoken",
                 )
             if script is not None:
-                speed = check_speed(options.get("speed"))
-                unpaced = {key: value for key, value in options.items() if key != "speed"}
-                return self._paused(read_parts, resolved, speed, unpaced, script.ignored)
+                return self._paused(read_parts, resolved, script.ignored)
             (part,) = read_parts
-            as_read = {**options, "ref_text": part.ref_text, "normalize": AS_READ}
-            return self.stream(part.read, resolved, **as_read)
+            language = resolved.asked.language
+            family_request = self._prepared(
+                resolved, part.read, part.ref_text, resolved.voice, language
+            )
+            return self._opened(family_request, resolved.speed)
 
         return segmenter, speak, ignored

@@ -179,6 +179,7 @@ def test_the_length_limit_counts_all_the_parts_together(speaking_tts):
     speaking_tts.max_text_chars = 20
     try:
         with pytest.raises(ValueError, match="more than 20 characters as it is read out"):
-            speaking_tts.stream("Twelve chars [pause:1s] and twelve.")  # each part fits
+            # 17 characters as written; read out, each part fits (13 and 14)
+            speaking_tts.stream("77 [pause:1s] 77.")
     finally:
         speaking_tts.max_text_chars = None
