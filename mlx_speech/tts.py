@@ -24,7 +24,7 @@ from .text.script import Spoken, Voicing, script_of
 from .text.segments import TextSegmenter
 from .text.stream import AsyncTextStream, TextFeed, TextStream
 from .voices.clip_rules import check_ref_text
-from .voices.resolve import resolve_voice
+from .voices.resolve import UnknownVoiceName, resolve_voice
 from .voices.store import VoiceStore
 
 SpeechStream = ChunkStream | StretchedStream | PausedStream
@@ -344,8 +344,14 @@ class TTS:
         return PausedStream(items, self.sample_rate, channels, (*ignored, *marked))
 
     def _voice_named(self, name: str) -> Any:
-        """An SSML ``<voice name=>``: a voice's name (never a file)."""
-        return self._service.reusable_voice(self._voice(name, paths=False))
+        """An SSML ``<voice name=>``: a voice's name (never a file). Unknown,
+        it is a fault of the text, not an ``UnknownVoiceName`` (the request's
+        own voice, which HTTP answers with 404)."""
+        try:
+            voice = self._voice(name, paths=False)
+        except UnknownVoiceName as error:
+            raise InvalidRequest(error.param, str(error)) from None
+        return self._service.reusable_voice(voice)
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
@@ -373,7 +379,9 @@ class TTS:
     def open_text(
         self, deltas: Iterable[str], request: SpeechRequest, split: str = "sentence"
     ) -> TextStream:
-        """``stream_text`` for a ``SpeechRequest`` (its ``text`` unused)."""
+        """``stream_text`` for a ``SpeechRequest``. The deltas are what is
+        spoken; the request's ``text``, where the caller has it whole already
+        (a Wyoming ``synthesize``), is checked against the length limit now."""
         segmenter, speak, ignored = self._text_speaker(request, split)
         stream = TextStream(deltas, segmenter, speak, self.sample_rate)
         stream.ignored = ignored

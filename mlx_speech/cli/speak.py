@@ -15,6 +15,7 @@ import numpy as np
 from .. import DEFAULT_MODEL
 from ..audio.formats import FORMATS, format_for_path
 from ..backends import FIRST_COMPILE_NOTICE, blas_name, mlx_compiled_here_before
+from ..request import SpeechRequest
 from ..text.segments import SPLITS
 from .arguments import (
     SAMPLING_FLAGS,
@@ -174,22 +175,23 @@ class _StandardInput:
 
 def _speech_stream(tts, args: argparse.Namespace):
     """The chunks ``speak`` writes: of TEXT, or of standard input as it arrives."""
-    options = {
-        "voice": Path(args.ref_audio) if args.ref_audio else args.voice,
-        "ref_text": args.ref_text,
-        "instructions": args.instructions,
-        "language": args.language,
-        "speed": args.speed,
-        "channels": args.channels,
-        "normalize": args.normalize,
-        **{name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
-    }
+    request = SpeechRequest(
+        "" if args.text == "-" else args.text,
+        Path(args.ref_audio) if args.ref_audio else args.voice,
+        ref_text=args.ref_text,
+        instructions=args.instructions,
+        language=args.language,
+        speed=args.speed,
+        normalize=args.normalize,
+        channels=args.channels,
+        sampling={name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
+    )
     if args.text == "-":
         args.stdin = _StandardInput()
-        return tts.stream_text(args.stdin, split=args.split, **options)
+        return tts.open_text(args.stdin, request, split=args.split)
     if args.captions is not None:
-        return tts.stream_text([args.text], split=args.split, **options)
-    return tts.stream(args.text, **options)
+        return tts.open_text([args.text], request, split=args.split)
+    return tts.open(request)
 
 
 def _chunks_saying_segments(stream, say: bool):

@@ -22,7 +22,6 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 from uvicorn import Config
 
-from ..engine import ChunkStream
 from ..errors import InvalidRequest, shown
 from ..serving.admission import admit, refuse_when_stopping
 from ..serving.lifetime import Listener, serving
@@ -32,7 +31,8 @@ from ..serving.slot import ModelSlot
 from ..serving.state import ServerState
 from ..settings import ServerSettings
 from ..text.stream import TextStream
-from ..tts import TTS
+from ..tts import TTS, SpeechStream
+from ..voices.resolve import UnknownVoiceName
 from ..voices.store import UnknownVoice
 from .adapter import AudioResponse, Delivery
 from .auth import ApiKeyGuard
@@ -47,8 +47,8 @@ from .openapi import openapi_document
 from .page import page, page_asset
 from .protocol_errors import JsonErrorsWebSocketProtocol
 from .speech_request import (
+    HttpSpeech,
     RequestRules,
-    SpeechRequest,
     parse_captioned_request,
     parse_dialogue_request,
     parse_speech_request,
@@ -61,14 +61,10 @@ __all__ = ["create_http_app", "uvicorn_config"]
 log = logging.getLogger("mlx_speech.server")
 
 
-def _rules(state: ServerState, tts: TTS) -> RequestRules:
+def _rules(state: ServerState) -> RequestRules:
     settings = state.settings
     return RequestRules(
-        max_input_chars=settings.max_input_chars,
         max_ref_bytes=settings.max_ref_bytes,
-        presets=tuple(tts.voices),
-        find_saved_voice=state.store.find,
-        voice_aliases=tts.voice_aliases,
         media_root=settings.allowed_local_media_path,
         default_format=settings.default_format,
     )
@@ -89,7 +85,7 @@ async def captioned_speech(request: Request) -> Response:
     return await _speak(request, parse_captioned_request)
 
 
-async def _speak(request: Request, parse: Callable[..., SpeechRequest]) -> Response:
+async def _speak(request: Request, parse: Callable[..., HttpSpeech]) -> Response:
     state = request.app.state
     settings: ServerSettings = state.settings
     metrics = state.metrics
@@ -99,7 +95,7 @@ async def _speak(request: Request, parse: Callable[..., SpeechRequest]) -> Respo
     # a round about to start waits a moment for this request (``Engine.expect``).
     arrived = state.engine.expect()
     try:
-        parsed = await anyio.to_thread.run_sync(parse, body, _rules(state, tts))
+        parsed = await anyio.to_thread.run_sync(parse, body, _rules(state))
         admit(state)
         try:
             # Validation decodes reference audio: keep it off the event loop.
@@ -113,7 +109,7 @@ async def _speak(request: Request, parse: Callable[..., SpeechRequest]) -> Respo
         "speech: model=%s format=%s chars=%d",
         shown(body.get("model")),  # as sent: quoted, escaped and cut short
         parsed.response_format,
-        len(parsed.text),
+        len(parsed.speech.text),
     )
     delivery = Delivery(
         response_format=parsed.response_format,
@@ -138,7 +134,7 @@ async def speech_batch(request: Request) -> Response:
     tts = state.slot.ready()
     settings = state.settings
     body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
-    items = await anyio.to_thread.run_sync(parse_items, body, _rules(state, tts))
+    items = await anyio.to_thread.run_sync(parse_items, body, _rules(state))
     admit(state)
     try:
         for item in items:
@@ -189,15 +185,17 @@ async def _stop_items_when_abandoned(request: Request, scope: anyio.CancelScope)
     scope.cancel()
 
 
-def _open_stream(tts: TTS, parsed: SpeechRequest) -> ChunkStream | TextStream:
-    """Validate with the family and get the job's stream (with captions, the
-    text spoken segment by segment); bad requests are 400s."""
+def _open_stream(tts: TTS, parsed: HttpSpeech) -> SpeechStream | TextStream:
+    """Resolve the request, validate it with the family and get the job's
+    stream (with captions, the text spoken segment by segment); an unknown
+    voice is a 404, other bad requests 400s."""
+    speech = parsed.speech
     try:
         if parsed.captions is not None:
-            return tts.stream_text(
-                [parsed.text], parsed.voice, split=parsed.captions, **parsed.options
-            )
-        return tts.stream(parsed.text, voice=parsed.voice, **parsed.options)
+            return tts.open_text([speech.text], speech, split=parsed.captions)
+        return tts.open(speech)
+    except UnknownVoiceName as error:
+        raise ApiError(404, str(error), param="voice") from None
     except InvalidRequest as error:
         param = "input" if error.param == "text" else error.param
         raise ApiError(400, str(error), param=param) from None
@@ -223,7 +221,7 @@ async def speech_socket(websocket: WebSocket) -> None:
     except Refusal as refusal:
         await refuse(websocket, ApiError.refused(refusal))
         return
-    await SpeechSocket(websocket, tts, state, _rules(state, tts)).run()
+    await SpeechSocket(websocket, tts, state, _rules(state)).run()
 
 
 async def list_voices(request: Request) -> Response:

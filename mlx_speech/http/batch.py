@@ -15,7 +15,7 @@ from ..audio.formats import FORMATS, encode_whole
 from ..audio.resample import resampled_parts
 from ..engine import ChunkStream
 from .errors import ApiError
-from .speech_request import RequestRules, SpeechRequest, parse_speech_request
+from .speech_request import HttpSpeech, RequestRules, parse_speech_request
 
 MAX_ITEMS = 32
 # Fields that shape one HTTP response, not a batch item's audio.
@@ -27,7 +27,7 @@ class Item:
     """One item: its request once parsed, then its result."""
 
     index: int
-    request: SpeechRequest | None = None
+    request: HttpSpeech | None = None
     stream: ChunkStream | None = None
     result: dict[str, Any] | None = None
 
@@ -62,7 +62,7 @@ def parse_items(body: Any, rules: RequestRules) -> list[Item]:
     return items
 
 
-def render(stream: ChunkStream, request: SpeechRequest, native_rate: int) -> dict[str, Any]:
+def render(stream: ChunkStream, request: HttpSpeech, native_rate: int) -> dict[str, Any]:
     """Blocking: the item's whole audio, encoded (runs on a thread)."""
     output_rate = request.sample_rate or native_rate
     samples = np.concatenate(list(resampled_parts(stream, native_rate, output_rate)))

@@ -6,20 +6,17 @@ import base64
 import binascii
 import dataclasses
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from ..audio.formats import FORMATS, RESPONSE_FORMATS
-from ..audio.time_stretch import check_speed
-from ..errors import InvalidRequest, shown
+from ..errors import shown
 from ..families.options import SamplingOptions
+from ..request import SpeechRequest
 from ..text.pauses import Pause, split_pauses
 from ..text.segments import SPLITS
-from ..voices.resolve import UnknownVoiceName, resolve_voice
-from ..voices.store import SavedVoice
 from .errors import ApiError
 from .media import read_local_media
 
@@ -29,29 +26,28 @@ MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 48000
 PCM_RATE = 24000
 
 
+# What an unknown voice's error tells an HTTP client to look at
+VOICE_HINT = "GET /v1/audio/voices lists the available ones"
+
+
 @dataclass(frozen=True)
 class RequestRules:
-    """What the server allows and knows while parsing a request."""
+    """What the server allows while parsing a request."""
 
-    max_input_chars: int
     max_ref_bytes: int
-    presets: tuple[str, ...]
-    find_saved_voice: Callable[[str], SavedVoice | None]
     media_root: Path | None = None
-    voice_aliases: dict[str, str] = field(default_factory=dict)
     default_format: str = "mp3"
 
 
 @dataclass(frozen=True)
-class SpeechRequest:
-    text: str
-    voice: Any  # as ``voices.resolve_voice`` gives it: None, preset, saved voice, clip
+class HttpSpeech:
+    """A speech request (``speech``, which ``TTS`` resolves) and how HTTP
+    delivers its audio."""
+
+    speech: SpeechRequest
     response_format: str
     sample_rate: int | None  # None: the model's rate
     delivery: str  # "audio" (streamed file), "sse" (streamed events) or "buffered"
-    options: dict[str, Any] = field(
-        default_factory=dict
-    )  # ref_text, instructions, sampling…
     captions: str | None = None  # the split each caption covers; None: no captions
     timestamps: bool = True  # captioned JSON lists them (Kokoro's return_timestamps)
 
@@ -67,14 +63,13 @@ def _optional_string(body: dict, name: str) -> str | None:
     return value
 
 
-def _text(body: dict, max_chars: int) -> str:
+def _text(body: dict) -> str:
+    """``input``'s shape; its length is ``TTS.resolve``'s to check."""
     text = body.get("input")
     if not isinstance(text, str):
         raise _bad("input", "input is required and must be a string")
     if not text.strip():
         raise _bad("input", "input must not be empty")
-    if len(text) > max_chars:
-        raise _bad("input", f"input is {len(text)} characters; the limit is {max_chars}")
     return text
 
 
@@ -124,7 +119,7 @@ def _reference_bytes(value: Any, param: str, rules: RequestRules) -> bytes:
 
 
 def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
-    """(voice for the model, ref_text)."""
+    """(the voice asked: a name, a clip's bytes or None; ref_text)."""
     voice = body.get("voice")
     ref_text = _optional_string(body, "ref_text")
     if isinstance(voice, dict):
@@ -143,20 +138,7 @@ def _voice(body: dict, rules: RequestRules) -> tuple[Any, Any]:
         raise _bad("voice", "voice must be a string or an object")
     if body.get("ref_audio") is not None:  # the clip wins over a name, as in vLLM-Omni
         return _reference_bytes(body["ref_audio"], "ref_audio", rules), ref_text
-    if voice is None:
-        return None, ref_text
-    try:
-        resolved = resolve_voice(
-            voice,
-            presets=rules.presets,
-            find_saved=rules.find_saved_voice,
-            hint="GET /v1/audio/voices lists the available ones",
-            paths=False,
-            aliases=rules.voice_aliases,
-        )
-    except UnknownVoiceName as error:
-        raise ApiError(404, str(error), param="voice") from None
-    return resolved, ref_text
+    return voice, ref_text
 
 
 def _format(body: dict, default: str) -> str:
@@ -190,13 +172,6 @@ def _sample_rate(body: dict, response_format: str) -> int | None:
             "sample_rate", f"{response_format} supports sample_rate {rates}; got {rate}"
         )
     return rate
-
-
-def _speed(body: dict) -> float:
-    try:
-        return check_speed(body.get("speed"))
-    except InvalidRequest as error:
-        raise _bad("speed", str(error)) from None
 
 
 def _normalize(body: dict) -> bool | None:
@@ -246,32 +221,36 @@ def _delivery(body: dict) -> str:
     return stream_format
 
 
-def parse_speech_request(body: Any, rules: RequestRules) -> SpeechRequest:
+def parse_speech_request(body: Any, rules: RequestRules) -> HttpSpeech:
+    """The body's fields, each of the shape it must have; what they mean (the
+    voice, the pace, the limits, the family's fields) ``TTS`` checks."""
     if not isinstance(body, dict):
         raise _bad("body", "the request body must be a JSON object")
-    text = _text(body, rules.max_input_chars)
+    text = _text(body)
     _optional_string(body, "model")
     _optional_string(body, "task_type")  # vLLM-Omni's; the checkpoint decides here
     voice, ref_text = _voice(body, rules)
     response_format = _format(body, rules.default_format)
     sample_rate = _sample_rate(body, response_format)
     delivery = _delivery(body)
-    options = {
-        "ref_text": ref_text,
-        "instructions": _optional_string(body, "instructions"),
-        "language": _optional_string(body, "language"),
-        "normalize": _normalize(body),
-        "speed": _speed(body),
-        "channels": body.get("channels"),  # the family checks it
-        **{name: body.get(name) for name in SAMPLING_FIELDS},
-    }
-    captions = _captions(body, delivery)
-    return SpeechRequest(
-        text, voice, response_format, sample_rate, delivery, options, captions
+    speech = SpeechRequest(
+        text,
+        voice,
+        ref_text=ref_text,
+        instructions=_optional_string(body, "instructions"),
+        language=_optional_string(body, "language"),
+        speed=body.get("speed"),
+        normalize=_normalize(body),
+        channels=body.get("channels"),
+        sampling={name: body.get(name) for name in SAMPLING_FIELDS},
+        voice_paths=False,
+        voice_hint=VOICE_HINT,
     )
+    captions = _captions(body, delivery)
+    return HttpSpeech(speech, response_format, sample_rate, delivery, captions)
 
 
-def parse_captioned_request(body: Any, rules: RequestRules) -> SpeechRequest:
+def parse_captioned_request(body: Any, rules: RequestRules) -> HttpSpeech:
     """``POST /dev/captioned_speech`` (Kokoro-FastAPI's): the speech fields,
     with ``stream`` (default true: a JSON line per segment; false: one JSON
     object) and ``return_timestamps`` (default true)."""
@@ -286,7 +265,7 @@ def parse_captioned_request(body: Any, rules: RequestRules) -> SpeechRequest:
     return dataclasses.replace(parsed, delivery=delivery, timestamps=timestamps)
 
 
-def parse_dialogue_request(body: Any, rules: RequestRules) -> SpeechRequest:
+def parse_dialogue_request(body: Any, rules: RequestRules) -> HttpSpeech:
     """``POST /dev/dialogue`` (Kokoro-FastAPI's): ``turns`` (or ``inputs``)
     of ``{"voice" (or "voice_id"), "text"}``, ``pause_between_turns``
     seconds (0 to 10), and the speech fields; ``stream`` (default true)

@@ -46,7 +46,7 @@ from ..text.segments import SPLITS
 from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from ..tts import TTS
 from .errors import ApiError
-from .speech_request import RequestRules, SpeechRequest, parse_speech_request
+from .speech_request import HttpSpeech, RequestRules, parse_speech_request
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -58,7 +58,7 @@ POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
 
 @dataclass(frozen=True)
 class SocketConfig:
-    request: SpeechRequest  # voice, format, rate and options; its text is unused
+    request: HttpSpeech  # voice, format, rate and options; its text is unused
     split: str
     stream_audio: bool
 
@@ -280,7 +280,7 @@ class SpeechSocket:
         config = parse_socket_config(message, self._rules)
         request = config.request
         try:
-            self._tts.check(request.text, request.voice, **request.options)
+            self._tts.check_request(request.speech)
         except ValueError as error:
             raise ApiError(400, str(error)) from None
         return config
@@ -331,7 +331,7 @@ class SpeechSocket:
     def _text_stream(self, feed: TextFeed) -> TextStream:
         request = self._config.request
         split = self._config.split
-        return self._tts.stream_text(feed, request.voice, split=split, **request.options)
+        return self._tts.open_text(feed, request.speech, split=split)
 
     async def _flush(self) -> None:
         utterance = await self._open_utterance(empty=True)
@@ -433,7 +433,7 @@ class SpeechSocket:
             "sentence_text": event.text,
             "format": config.request.response_format,
             "sample_rate": audio.rate,
-            "channels": config.request.options.get("channels") or 1,
+            "channels": config.request.speech.channels or 1,
         }
 
     async def _send_audio(self, data: bytes) -> int:

@@ -1,6 +1,7 @@
-"""A ``synthesize`` or ``synthesize-start`` event's fields, checked: its
-voice (a name from ``info``: default, a preset, a saved voice or an alias;
-never a path), language and text format, and a ``synthesize``'s text."""
+"""A ``synthesize`` or ``synthesize-start`` event as a ``SpeechRequest``: the
+shapes of its voice (a name from ``info``: default, a preset, a saved voice or
+an alias; never a path), language, text format and a ``synthesize``'s text
+checked here; what they mean ``TTS`` resolves as the request opens."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from typing import Any
 from wyoming.tts import SynthesizeTextFormat
 
 from ..errors import shown
+from ..request import SpeechRequest
 from ..text.ssml import is_ssml, ssml_verdict
 from ..text.stream import TextFeed, TextStream
 from ..tts import TTS
-from ..voices.resolve import UnknownVoiceName, resolve_voice
+
+# What an unknown voice's error tells a Wyoming client to look at
+VOICE_HINT = "describe lists the available ones"
 
 
 class BadEvent(Exception):
@@ -67,23 +71,19 @@ class DeclaredSsml:
         return held if whole else "<speak>" + held
 
 
-def speech_asked(data: dict, tts: TTS, state: Any, needs_text: bool) -> SpeechAsked:
+def speech_asked(data: dict, tts: TTS, needs_text: bool) -> SpeechAsked:
     ssml = _is_ssml_format(data.get("text_format"))
     text = data.get("text") if needs_text else None
-    if needs_text:
-        if not isinstance(text, str):
-            raise BadEvent("synthesize needs a string 'text'")
-        limit = state.settings.max_input_chars
-        if len(text) > limit:
-            raise BadEvent(
-                f"the text has {len(text)} characters; at most {limit} are spoken",
-                "too-long",
-            )
-    voice, language = _voice(data.get("voice"), tts, state)
-    options = {} if language is None else {"language": language}
+    if needs_text and not isinstance(text, str):
+        raise BadEvent("synthesize needs a string 'text'")
+    name, language = _voice(data.get("voice"))
+    # a synthesize's text is known whole: its length is checked as it opens
+    request = SpeechRequest(
+        text or "", name, language=language, voice_paths=False, voice_hint=VOICE_HINT
+    )
 
     def open_stream(feed: TextFeed) -> TextStream:
-        return tts.stream_text(feed, voice, **options)
+        return tts.open_text(feed, request)
 
     return SpeechAsked(text, open_stream, ssml)
 
@@ -96,8 +96,8 @@ def _is_ssml_format(text_format: Any) -> bool:
     raise BadEvent(f"unknown text_format {shown(text_format)}; 'text' or 'ssml' is spoken")
 
 
-def _voice(voice: Any, tts: TTS, state: Any) -> tuple[Any, str | None]:
-    """The voice as the model takes it, and the language asked (if any)."""
+def _voice(voice: Any) -> tuple[str | None, str | None]:
+    """The voice's name and the language asked (either may be absent)."""
     if voice is None:
         return None, None
     if not isinstance(voice, dict):
@@ -109,15 +109,4 @@ def _voice(voice: Any, tts: TTS, state: Any) -> tuple[Any, str | None]:
         return None, language
     if not isinstance(name, str):
         raise BadEvent("the voice's 'name' must be a string")
-    try:
-        resolved = resolve_voice(
-            name,
-            presets=tts.voices,
-            find_saved=state.store.find,
-            hint="describe lists the available ones",
-            paths=False,
-            aliases=tts.voice_aliases,
-        )
-    except UnknownVoiceName as error:
-        raise BadEvent(str(error), "unknown-voice") from None
-    return resolved, language
+    return name, language

@@ -44,6 +44,7 @@ from wyoming.tts import (
 from ..audio.pcm import to_pcm16
 from ..audio.samples import Audio
 from ..errors import shown
+from ..request import TextTooLong
 from ..serving.admission import admit
 from ..serving.connections import (
     MAX_UTTERANCES_WAITING,
@@ -56,6 +57,7 @@ from ..serving.refusal import Refusal
 from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
 from ..serving.state import ServerState
 from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from ..voices.resolve import UnknownVoiceName
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info
 from .requests import BadEvent, DeclaredSsml, SpeechAsked, speech_asked
@@ -158,7 +160,7 @@ class WyomingSession:
 
     def _parsed(self, event: Event, needs_text: bool = False) -> SpeechAsked:
         tts = self._tts()
-        return speech_asked(event.data, tts, self._state, needs_text)
+        return speech_asked(event.data, tts, needs_text)
 
     def _tts(self):
         try:
@@ -181,6 +183,10 @@ class WyomingSession:
         feed = TextFeed()
         try:
             stream = await anyio.to_thread.run_sync(asked.open_stream, feed)
+        except UnknownVoiceName as error:
+            raise BadEvent(str(error), "unknown-voice") from None
+        except TextTooLong as error:
+            raise BadEvent(str(error), "too-long") from None
         except ValueError as error:
             raise BadEvent(f"not spoken: {str(error)[:300]}") from None
         text_in = DeclaredSsml(feed) if asked.ssml else feed

@@ -81,9 +81,7 @@ class _Reads(dict):
 
 def test_the_described_fields_are_the_fields_the_parser_reads(document):
     body = _Reads(input="Hello.")
-    rules = RequestRules(
-        max_input_chars=100, max_ref_bytes=1000, presets=(), find_saved_voice=lambda _: None
-    )
+    rules = RequestRules(max_ref_bytes=1000)
     parse_speech_request(body, rules)
     assert set(_speech_fields(document)) == body.read
     assert document["paths"]["/v1/audio/speech"]["post"]["requestBody"]["content"][

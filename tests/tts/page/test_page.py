@@ -191,7 +191,7 @@ def test_server_errors_are_shown_in_words(page, tmp_path):
     speak(page, "x" * (MAX_INPUT_CHARS + 100))
     wait_for_state(page, "error")
     message = page.text_content("#message")
-    assert message.startswith("The server refused the request: input is 400 characters")
+    assert message.startswith("The server refused the request: the text is 400 characters")
     page.locator("#clone").evaluate("details => { details.open = true; }")
     not_audio = tmp_path / "notes.wav"
     not_audio.write_text("these are not audio samples")

@@ -177,7 +177,7 @@ def test_mistakes_get_error_events_and_the_connection_goes_on(server):
         "bad-request",
     ]
     assert "nosuch" in errors[0].text and "unknown text_format" in errors[1].text
-    assert f"at most {MAX_CHARS}" in errors[2].text
+    assert f"the limit is {MAX_CHARS}" in errors[2].text
     assert pong.data == {"text": "still there?"}
 
 
