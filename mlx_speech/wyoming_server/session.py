@@ -142,12 +142,11 @@ class WyomingSession:
             await self._send(Pong(text=event.data.get("text")).event())
         elif Synthesize.is_type(event.type):
             if self._open is None:  # inside a stream it repeats the chunks' text
-                asked = self._parsed(event, needs_text=True)
-                await self._queue(asked, streamed=False)
+                await self._request(event, streamed=False)
         elif SynthesizeStart.is_type(event.type):
             if self._open is not None:
                 raise BadEvent("a synthesize-start came before the last one's stop")
-            self._open = await self._queue(self._parsed(event), streamed=True)
+            self._open = await self._request(event, streamed=True)
         elif SynthesizeChunk.is_type(event.type):
             self._add_text(event)
         elif SynthesizeStop.is_type(event.type):
@@ -157,6 +156,23 @@ class WyomingSession:
             self._open = None
         else:
             raise BadEvent(f"unknown event type {shown(event.type)}", "unknown-event")
+
+    async def _request(self, event: Event, streamed: bool) -> Utterance | None:
+        """The request queued, or refused: its error, then the end its client
+        waits for (``_refused``)."""
+        try:
+            return await self._queue(self._parsed(event, not streamed), streamed)
+        except BadEvent as error:
+            await self._refused(str(error), error.code, streamed)
+            return None
+
+    async def _refused(self, text: str, code: str, streamed: bool) -> None:
+        """A request's error, then the end of its answer: ``audio-stop`` with
+        no audio, or a stream's ``synthesize-stopped``. Home Assistant reads
+        audio until that end and ignores errors; without it, it waited for
+        the idle timeout."""
+        await self._error(text, code)
+        await self._send(SynthesizeStopped().event() if streamed else AudioStop().event())
 
     def _parsed(self, event: Event, needs_text: bool = False) -> SpeechAsked:
         tts = self._tts()
@@ -233,9 +249,8 @@ class WyomingSession:
         try:
             admit(self._state)  # the bound on requests waiting for the model
         except Refusal as refusal:
-            await self._error(f"{refusal.message}; this request is dropped", refusal.reason)
-            if utterance.streamed:  # its client waits for the stream's end
-                await self._send(SynthesizeStopped().event())
+            message = f"{refusal.message}; this request is dropped"
+            await self._refused(message, refusal.reason, utterance.streamed)
             return False
         utterance.admitted = True
         return True
