@@ -131,9 +131,11 @@ class TTS:
         speed = check_speed(request.speed)
         normalize = self._normalizes(request.normalize)
         limit = self.max_text_chars
-        if limit is not None and len(request.text) > limit:
+        # a text that is no string is check_text's to refuse, as it is read
+        written = request.text if isinstance(request.text, str) else ""
+        if limit is not None and len(written) > limit:
             raise TextTooLong(
-                f"the text is {len(request.text)} characters; the limit is {limit}: "
+                f"the text is {len(written)} characters; the limit is {limit}: "
                 "send it in parts"
             )
         voice = self._voice(

@@ -84,3 +84,13 @@ def test_the_python_keywords_are_the_requests_fields():
     assert (request.voice, request.speed, request.language) == ("me", 2.0, "en")
     assert request.sampling == {"seed": 3, "top_k": 5}
     assert request.voice_paths
+
+
+@pytest.mark.parametrize("text", [None, 12, b"Hi."])
+def test_a_text_that_is_no_string_is_a_clear_error_under_a_limit(speaking_tts, text):
+    speaking_tts.max_text_chars = 10  # as a server sets it
+    try:
+        with pytest.raises(ValueError, match="text must be a non-empty string"):
+            speaking_tts.stream(text)
+    finally:
+        speaking_tts.max_text_chars = None
