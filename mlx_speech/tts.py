@@ -130,14 +130,9 @@ class TTS:
         normalization and its text's length checked (``ValueError``)."""
         speed = check_speed(request.speed)
         normalize = self._normalizes(request.normalize)
-        limit = self.max_text_chars
         # a text that is no string is check_text's to refuse, as it is read
         written = request.text if isinstance(request.text, str) else ""
-        if limit is not None and len(written) > limit:
-            raise TextTooLong(
-                f"the text is {len(written)} characters; the limit is {limit}: "
-                "send it in parts"
-            )
+        self._check_length(written, len(written))
         voice = self._voice(
             request.voice, paths=request.voice_paths, hint=request.voice_hint
         )
