@@ -11,6 +11,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -54,7 +56,7 @@ def serve_http(settings: ServerSettings, load: Loader, **uvicorn_options) -> Non
     )
     slot = app.state.slot
     slot.on_failure = lambda error: setattr(server, "should_exit", True)
-    slot.on_loaded = keep_loaded_objects_from_the_collector
+    slot.on_loaded = _keep_loaded_objects_from_the_collector
     _run_until_signalled(server, app.state, settings.shutdown_timeout)
     if slot.error is not None:
         raise RuntimeError(f"could not load the model: {slot.error}")
@@ -72,7 +74,7 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
     grace = state.settings.shutdown_timeout
     stopping = threading.Event()
     slot.on_failure = lambda error: stopping.set()
-    slot.on_loaded = keep_loaded_objects_from_the_collector
+    slot.on_loaded = _keep_loaded_objects_from_the_collector
 
     def stop(signum, frame) -> None:
         stopping.set()
@@ -86,17 +88,13 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
             while state.sockets.active and time.monotonic() < deadline:
                 await anyio.sleep(0.05)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _signals_call(stop):
         anyio.run(run)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     if slot.error is not None:
         raise RuntimeError(f"could not load the model: {slot.error}")
 
 
-def keep_loaded_objects_from_the_collector() -> None:
+def _keep_loaded_objects_from_the_collector() -> None:
     """Moves what loading made (the model's modules, tokenizers, text
     normalization tables: about 116,000 objects) out of the cyclic garbage
     collector's scans. A full collection, which Python starts now and then
@@ -130,12 +128,20 @@ def _run_until_signalled(server, state, grace_seconds: float) -> None:
         state.shutdown.begin(grace_seconds)
         threading.Thread(target=exit_when_sockets_end, daemon=True).start()
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    thread = threading.Thread(target=server.run, name="uvicorn")
-    thread.start()
-    try:
+    with _signals_call(stop):
+        thread = threading.Thread(target=server.run, name="uvicorn")
+        thread.start()
         while thread.is_alive():
             thread.join(0.2)
+
+
+@contextmanager
+def _signals_call(stop) -> Iterator[None]:
+    """Within, SIGINT and SIGTERM call ``stop``; after, their handlers are
+    back as they were."""
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
