@@ -348,6 +348,14 @@ def test_a_stream_refused_as_busy_still_ends_with_synthesize_stopped(
         assert [event.type for event in events] == ["error", "synthesize-stopped"]
         assert Error.from_event(events[0]).code == "busy"
 
+        async def refused_whole(client):
+            await client.write_event(Synthesize("Hello there.").event())
+            return await read_until(client, "audio-stop")
+
+        events = talk(running, refused_whole)  # ends as a synthesize's answer ends
+        assert [event.type for event in events] == ["error", "audio-stop"]
+        assert Error.from_event(events[0]).code == "busy"
+
 
 def test_a_client_that_reads_nothing_is_cut_and_frees_the_model(
     speaking_dir, nano_backend, tmp_path
