@@ -18,6 +18,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    public_listings: bool = False  # the key-guarded listings answer without it
     allowed_hosts: tuple[str, ...] = ()  # Host names besides IP addresses and localhost
     cors_origins: tuple[str, ...] = ()  # pages allowed to call the API ("*": any)
     max_queue: int = 16  # requests waiting for the model; more get 429

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # --help and usage errors end here, at once
     if args.command == "serve" and not args.http and args.wyoming_port is None:
         parser.error("--no-http serves Wyoming alone: it needs --wyoming-port")
+    if args.command == "serve" and args.public_listings and not args.api_key:
+        parser.error("--public-listings opens what --api-key guards: it needs a key")
     if argv is None and args.command in ("serve", "speak"):
         use_fast_blas()  # re-executes the command (parsed again) with OpenBLAS
     try:

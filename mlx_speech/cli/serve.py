@@ -69,6 +69,14 @@ def add_parser(commands) -> None:
         help="require this key as 'Authorization: Bearer KEY' or 'x-api-key' "
         "(default: $MLX_SPEECH_API_KEY; unset means no auth)",
     )
+    serve.add_argument(
+        "--public-listings",
+        action="store_true",
+        help="with --api-key: let GET /v1/models, /v1/audio/models and "
+        "/v1/audio/voices answer without the key, as Open WebUI lists voices "
+        "without sending it; anyone who reaches the port then sees the saved "
+        "voices' names and transcripts (speech and voice changes still need the key)",
+    )
     default_format = setting("default_format")
     serve.add_argument(
         "--default-format",
@@ -190,6 +198,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         host=args.host,
         port=args.port,
         api_key=args.api_key or None,
+        public_listings=args.public_listings,
         allowed_hosts=tuple(args.allowed_host),
         cors_origins=tuple(args.cors_origin),
         default_format=args.default_format,

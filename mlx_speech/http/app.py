@@ -376,7 +376,13 @@ def create_http_app(state: ServerState, listeners: list[Listener]) -> Starlette:
             )
         )
     if settings.api_key:
-        middleware.append(Middleware(ApiKeyGuard, api_key=settings.api_key))
+        middleware.append(
+            Middleware(
+                ApiKeyGuard,
+                api_key=settings.api_key,
+                public_listings=settings.public_listings,
+            )
+        )
     app = Starlette(
         routes=ROUTES,
         middleware=middleware,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlx_speech import DEFAULT_MODEL
-from mlx_speech.cli import build_parser
+from mlx_speech.cli import build_parser, main
 from mlx_speech.cli.serve import server_settings
 from mlx_speech.settings import ServerSettings
 
@@ -29,6 +29,7 @@ def test_serve_without_flags_runs_with_the_default_settings():
         (["--voice-alias", "alloy=grandma"], "voice_aliases", (("alloy", "grandma"),)),
         (["--cors-origin", "*"], "cors_origins", ("*",)),
         (["--quantize", "4"], "quantize", 4),
+        (["--api-key", "k", "--public-listings"], "public_listings", True),
     ],
 )
 def test_each_flag_sets_its_field(flags, field, value):
@@ -40,3 +41,11 @@ def test_an_unknown_default_format_is_a_usage_error(capsys):
         _settings("--default-format", "wma")
     assert exited.value.code == 2
     assert "--default-format" in capsys.readouterr().err
+
+
+def test_public_listings_without_a_key_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.delenv("MLX_SPEECH_API_KEY", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--public-listings"])
+    assert exited.value.code == 2
+    assert "--public-listings" in capsys.readouterr().err

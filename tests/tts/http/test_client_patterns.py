@@ -207,3 +207,53 @@ def test_kokoro_readme_calls(client, server):
     )
     assert unknown.status_code == 404
     assert "GET /v1/audio/voices" in unknown.json()["error"]["message"]
+
+
+def _open_webui_voices(base_url: str) -> dict[str, str]:
+    """Open WebUI's listing of a custom OpenAI endpoint's voices: a GET with no
+    key, and OpenAI's six voices when that fails."""
+    try:
+        response = httpx.get(f"{base_url}/audio/voices")
+        response.raise_for_status()
+        return {voice["id"]: voice["name"] for voice in response.json()["voices"]}
+    except httpx.HTTPError:
+        openai_voices = ("alloy", "echo", "fable", "onyx", "nova", "shimmer")
+        return {name: name for name in openai_voices}
+
+
+@pytest.mark.parametrize("public_listings", [False, True], ids=["guarded", "public"])
+def test_open_webui_lists_saved_voices_behind_a_key(
+    speaking_dir, nano_backend, tmp_path, reference_clip, public_listings
+):
+    settings = ServerSettings(
+        model=str(speaking_dir),
+        voices_dir=tmp_path,
+        api_key="s3cret",
+        public_listings=public_listings,
+        backend=nano_backend,
+    )
+    with RunningServer(settings) as running:
+        base_url = f"{running.url}/v1"
+        keyed = openai.OpenAI(base_url=base_url, api_key="s3cret")
+        with open(reference_clip, "rb") as clip:
+            keyed.audio.voices.create(name="zoe", audio_sample=clip, consent="cons_1")
+        voices = _open_webui_voices(base_url)
+        assert ("zoe" in voices) == public_listings
+        assert (httpx.get(f"{base_url}/audio/models").status_code == 200) == public_listings
+        assert (httpx.get(f"{base_url}/models").status_code == 200) == public_listings
+        # Everything but reading the listings still needs the key.
+        without_key = openai.OpenAI(base_url=base_url, api_key="wrong")
+        with pytest.raises(openai.AuthenticationError):
+            without_key.audio.speech.create(model="tts-1", voice="zoe", input="Hi!")
+        with open(reference_clip, "rb") as clip:
+            with pytest.raises(openai.AuthenticationError):
+                without_key.audio.voices.create(name="eve", audio_sample=clip, consent="c")
+        assert httpx.delete(f"{base_url}/audio/voices/zoe").status_code == 401
+        response = keyed.audio.speech.create(
+            model="tts-1",
+            voice="zoe",
+            input="Hi!",
+            response_format="wav",
+            extra_body=BUDGET,
+        )
+        assert len(decode(response.content, "wav")[0]) == 6 * FRAME
