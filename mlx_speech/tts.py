@@ -20,7 +20,7 @@ from .request import SpeechRequest, TextTooLong
 from .text.lexicon import Lexicon
 from .text.normalization import TextNormalizer
 from .text.pauses import Pause, PausedStream, check_pauses, pause_seconds
-from .text.script import Spoken, Voicing, script_of
+from .text.script import Spoken, Voicing, script_of, voice_after
 from .text.segments import TextSegmenter
 from .text.stream import AsyncTextStream, TextFeed, TextStream
 from .voices.clip_rules import check_ref_text
@@ -269,6 +269,8 @@ class TTS:
         script = script_of(request.text) if isinstance(request.text, str) else None
         if script is None:
             return self._opened(self._prepared_whole(resolved), resolved.speed)
+        if not script.parts:  # as an empty text is refused
+            raise InvalidRequest("text", "the text says nothing: it has only voice tags")
         reusable = self._reusable(resolved)
         read_parts, _ = self._read_parts(script.parts, reusable)
         return self._paused(read_parts, reusable, tuple(script.ignored))
@@ -409,11 +411,13 @@ class TTS:
         resolved = self._reusable(self.resolve(request))
         ignored = self._checked(resolved, "Checking the options.")
         limit, read_out, paused = self.max_text_chars, 0, 0.0
+        tagged_voice = None  # a voice tag's voice holds until the next tag
 
         def speak(text: str) -> SpeechStream:
             # the limits hold for the whole stream, as for one request
-            nonlocal read_out, paused
-            script = script_of(text)
+            nonlocal read_out, paused, tagged_voice
+            script = script_of(text, tagged_voice)
+            tagged_voice = voice_after(text, tagged_voice)
             parts = script.parts if script is not None else [Spoken(text, Voicing())]
             paused += pause_seconds(parts)
             check_pauses(paused)

@@ -15,8 +15,9 @@ from ..audio.formats import FORMATS, RESPONSE_FORMATS
 from ..errors import shown
 from ..families.options import SamplingOptions
 from ..request import SpeechRequest
-from ..text.pauses import Pause, split_pauses
+from ..text.pauses import Pause
 from ..text.segments import SPLITS
+from ..text.tags import VoiceChange, split_tags
 from .errors import ApiError
 from .media import read_local_media
 
@@ -307,11 +308,16 @@ def _turn_ssml(turn: Any, number: int) -> str:
         raise _bad(f"{where}.voice", f"{where}.voice must be a voice's name")
     if not isinstance(text, str) or not text.strip():
         raise _bad(f"{where}.text", f"{where}.text must be a text to say")
-    said = "".join(
-        f'<break time="{part.seconds:.3f}s"/>' if isinstance(part, Pause) else escape(part)
-        for part in split_pauses(text)
-    )
-    return f"<voice name={quoteattr(voice.strip())}>{said}</voice>"
+    # its voice tags switch voices within the turn, as everywhere
+    runs = [[voice.strip(), ""]]
+    for part in split_tags(text):
+        if isinstance(part, VoiceChange):
+            runs.append([part.voice, ""])
+        elif isinstance(part, Pause):
+            runs[-1][1] += f'<break time="{part.seconds:.3f}s"/>'
+        else:
+            runs[-1][1] += escape(part)
+    return "".join(f"<voice name={quoteattr(name)}>{said}</voice>" for name, said in runs)
 
 
 _KOKORO_SWITCHES = ("stream", "return_timestamps")  # default true

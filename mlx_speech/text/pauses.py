@@ -1,12 +1,10 @@
-"""Pause tags in plain text, in Kokoro-FastAPI's syntax: ``[pause:1.5s]``,
-``[pause:300ms]``. A text is cut at its tags; each part around them is
-spoken as a request of its own (its edges faded where it meets another:
-``joins``), and each tag is exact silence in its place, streamed like the
-audio around it."""
+"""Pauses: exact silence between the parts of a text (its pause tags,
+``tags``, or SSML breaks). Each part around them is spoken as a request of
+its own (its edges faded where it meets another: ``joins``), and each pause
+is silence in its place, streamed like the audio around it."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +16,6 @@ from ..audio.joins import faded
 from ..audio.samples import Audio
 from ..errors import InvalidRequest
 
-PAUSE_TAG = re.compile(r"\[\s*pause\s*:\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*\]", re.IGNORECASE)
 # A request's pauses together: silence is cheap to make but not to hold
 # (a buffered answer keeps all of it).
 MAX_PAUSE_SECONDS = 60.0
@@ -31,21 +28,6 @@ class Pause:
 
     def samples(self, rate: int) -> int:
         return round(self.seconds * rate)
-
-
-def split_pauses(text: str) -> list[str | Pause]:
-    """``text`` cut at its pause tags: its parts and pauses in order, parts
-    of only whitespace left out."""
-    parts: list[str | Pause] = []
-    position = 0
-    for match in PAUSE_TAG.finditer(text):
-        value, unit = float(match.group(1)), match.group(2).lower()
-        pause = Pause(value / 1000 if unit == "ms" else value)
-        parts += [text[position : match.start()], pause]
-        position = match.end()
-    parts.append(text[position:])
-    check_pauses(pause_seconds(parts))
-    return [part for part in parts if isinstance(part, Pause) or part.strip()]
 
 
 def pause_seconds(parts: Iterable[object]) -> float:
@@ -62,11 +44,6 @@ def check_pauses(total: float) -> None:
             f"the pauses add up to {total:g} s; a request may have at most "
             f"{MAX_PAUSE_SECONDS:g} s of them",
         )
-
-
-def without_pauses(text: str) -> str:
-    """``text`` as it is shown (in captions): its pause tags taken out."""
-    return " ".join(PAUSE_TAG.sub(" ", text).split())
 
 
 class PausedStream(AudioEvents):

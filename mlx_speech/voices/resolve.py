@@ -18,6 +18,7 @@ preset name (``str``), a ``SavedVoice``, or a clip (``Path``, bytes, or
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ from ..errors import InvalidRequest, shown
 from .store import SavedVoice
 
 DEFAULT_VOICE = "default"
+# Kokoro-FastAPI's voice mixes, "af_bella+af_sky" or weighted "af_bella(2)":
+# no voice's name has a "+" or a "(" (``store.NAME_PATTERN``).
+_KOKORO_MIX = re.compile(r"\+|\(\s*\d")
 # The names OpenAI's clients and tutorials send (its API requires a voice).
 OPENAI_VOICES = (
     "alloy",
@@ -102,6 +106,10 @@ def resolve_voice(
         return Path(voice)
     if paths and _names_a_file(voice):
         hint = f"no file {shown(voice)} exists, and no saved voice has that name"
+    elif _KOKORO_MIX.search(voice):
+        raise InvalidRequest(
+            "voice", f"mixing voices ({shown(voice)}) is not supported: name one voice"
+        )
     raise UnknownVoiceName(voice, hint)
 
 

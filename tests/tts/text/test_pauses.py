@@ -13,8 +13,9 @@ from wyoming.tts import Synthesize
 
 from mlx_speech.audio.joins import edge_samples
 from mlx_speech.server import ServerSettings
-from mlx_speech.text.pauses import Pause, split_pauses
+from mlx_speech.text.pauses import Pause
 from mlx_speech.text.script import script_of
+from mlx_speech.text.tags import split_tags
 from tests.tts.support.cli import run
 from tests.tts.support.server import RunningServer
 from tests.tts.support.silence import assert_joined, longest_zero_run, wyoming_pcm
@@ -25,26 +26,26 @@ RATE = 48000
 
 
 def test_tags_cut_the_text_into_parts_and_pauses():
-    assert split_pauses("Hi [pause:1.5s] there [PAUSE: 300 ms][pause:2s]  ") == [
+    assert split_tags("Hi [pause:1.5s] there [PAUSE: 300 ms][pause:2s]  ") == [
         "Hi ",
         Pause(1.5),
         " there ",
         Pause(0.3),
         Pause(2.0),
     ]
-    assert split_pauses("[ pause:2s] a [pause :2s] b [ Pause : 2 s ]") == [
+    assert split_tags("[ pause:2s] a [pause :2s] b [ Pause : 2 s ]") == [
         Pause(2.0),
         " a ",
         Pause(2.0),
         " b ",
         Pause(2.0),
     ]
-    assert split_pauses("[pause:1s] not [pause:1 minute]") == [
+    assert split_tags("[pause:1s] not [pause:1 minute]") == [
         Pause(1.0),
         " not [pause:1 minute]",
     ]
     with pytest.raises(ValueError, match="the pauses add up to 61 s"):
-        split_pauses("[pause:30s] a [pause:31s]")
+        split_tags("[pause:30s] a [pause:31s]")
 
 
 @pytest.mark.parametrize("speed", [1.0, 1.5])
