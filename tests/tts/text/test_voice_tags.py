@@ -146,6 +146,12 @@ def test_every_surface_hears_the_tag(server, speaking_dir, tmp_path):
         f"{server.url}/v1/audio/speech/batch", json={"items": [item]}, timeout=60
     ).json()
     assert base64.b64decode(batch["results"][0]["audio_data"]) == expected
+    dialogue = httpx.post(
+        f"{server.url}/dev/dialogue",
+        json={"turns": [{"voice": "default", "text": TAGGED}], **item},
+        timeout=60,
+    )
+    assert dialogue.content == expected
     config = {"response_format": "pcm", "sample_rate": RATE, "stream_audio": True}
     assert socket_pcm(server, {**config, **SHORT}, [TAGGED]) == expected
     out = tmp_path / "tagged.wav"
