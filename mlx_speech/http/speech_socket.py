@@ -5,9 +5,10 @@ The client sends ``session.config`` first (the speech request's fields,
 plus ``split_granularity`` and ``stream_audio``), then any number of
 utterances: ``input.text`` pieces ended by ``input.done``. Each utterance is
 one ``TTS.stream_text``: its segments are spoken as soon as they are
-complete. The server answers each segment with ``audio.start``, binary
-frames of audio (one file, or PCM chunks with ``stream_audio``) and
-``audio.done``, and each utterance with ``session.done``. Mistakes get an
+complete, and ``input.commit`` says its text so far is complete. The server
+answers each segment with ``audio.start``, binary frames of audio (one
+file, or PCM chunks with ``stream_audio``) and ``audio.done``, each commit
+with ``input.committed`` and each utterance with ``session.done``. Mistakes get an
 ``error`` message and the session goes on, except a first message that is
 not a valid config, which ends it.
 """
@@ -42,6 +43,7 @@ from ..serving.connections import (
 from ..serving.refusal import Refusal
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
 from ..text.captions import Timeline
+from ..text.segment_marks import Committed
 from ..text.segments import SPLITS
 from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from ..tts import TTS
@@ -131,6 +133,10 @@ class Utterance:
         self.feed = feed
         self.admitted = False  # counted toward --max-queue: its turn came
         self.chars = 0
+        self.sentences = 0  # segments sent, once its speaking has ended
+        self.commits = 0  # input.commit messages taken
+        self.answered = 0  # of them, answered with input.committed
+        self._sentences_committed = 0
         self.flushed = anyio.Event()
         self.spoken = anyio.Event()  # its last audio.done was sent
         self.done = anyio.Event()
@@ -139,6 +145,20 @@ class Utterance:
         if self.stream is not None:
             self.stream.close()
             self.feed.end()
+
+    def commit_answer(self, sentences: int) -> dict:
+        """``input.committed`` for the next commit, ``sentences`` segments
+        having been sent by then."""
+        answer = {
+            "type": "input.committed",
+            "utterance_index": self.index,
+            "segment_index": self.answered,
+            "segment_sentences": sentences - self._sentences_committed,
+            "total_sentences": sentences,
+        }
+        self.answered += 1
+        self._sentences_committed = sentences
+        return answer
 
 
 async def refuse(websocket: WebSocket, error: ApiError) -> None:
@@ -198,7 +218,7 @@ class SpeechSocket:
                 return
 
     def _owes_audio(self) -> bool:
-        return any(u.flushed.is_set() for u in self._utterances)
+        return any(u.flushed.is_set() or u.answered < u.commits for u in self._utterances)
 
     async def _handle(self, frame: dict) -> bool:
         """Act on one frame; False once the session is over."""
@@ -216,6 +236,8 @@ class SpeechSocket:
             return await self._configure(message)
         if kind == "input.text":
             await self._add_text(message.get("text"))
+        elif kind == "input.commit":
+            await self._commit()
         elif kind == "input.done":
             await self._flush()
         elif kind == "session.close":
@@ -224,7 +246,7 @@ class SpeechSocket:
         else:
             await self._error(
                 f"unknown message type {shown(kind)}; expected session.config, "
-                "input.text, input.done or session.close"
+                "input.text, input.commit, input.done or session.close"
             )
         return True
 
@@ -333,6 +355,18 @@ class SpeechSocket:
         split = self._config.split
         return self._tts.open_text(feed, request.speech, split=split)
 
+    async def _commit(self) -> None:
+        """vLLM-Omni's ``input.commit``: the utterance's text so far is spoken
+        now, without waiting for more; ``input.committed`` answers once its
+        audio is sent. The utterance goes on until ``input.done``."""
+        utterance = await self._open_utterance()
+        utterance.commits += 1
+        if utterance.stream is None or utterance.spoken.is_set():
+            # refused, or ended by a failure: nothing more will be spoken
+            await self._send(utterance.commit_answer(utterance.sentences))
+            return
+        utterance.feed.commit()
+
     async def _flush(self) -> None:
         utterance = await self._open_utterance(empty=True)
         if utterance.stream is not None:
@@ -352,7 +386,10 @@ class SpeechSocket:
             sentences = 0
             if utterance.stream is not None and await self._admitted(utterance):
                 sentences = await self._send_segments(utterance, config)
+            utterance.sentences = sentences
             utterance.spoken.set()
+            while utterance.answered < utterance.commits:  # cut short: none to come
+                await self._send(utterance.commit_answer(sentences))
             await utterance.flushed.wait()
             await self._send(
                 {
@@ -419,6 +456,8 @@ class SpeechSocket:
                 sent += await self._send_audio(audio.add(event.samples))
             elif isinstance(event, Seam):
                 sent += await self._send_audio(audio.seam())
+            elif isinstance(event, Committed):
+                await self._send(utterance.commit_answer(count))
             elif isinstance(event, SegmentEnded):
                 sent += await self._send_audio(audio.finish())
                 done = _done_message(utterance, event.index, sent, False)

@@ -1,4 +1,5 @@
-"""The marks around each segment's audio in a text stream's events."""
+"""The marks around each segment's audio in a text stream's events, and
+after the segments of a commit."""
 
 from __future__ import annotations
 
@@ -15,3 +16,9 @@ class SegmentStarted:
 class SegmentEnded:
     index: int
     text: str
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The text fed before a ``TextFeed.commit()`` is all spoken: its
+    segments' marks and audio came before this."""

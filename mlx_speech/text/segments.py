@@ -33,12 +33,13 @@ _ABBREVIATIONS = {
 
 
 class TextSegmenter:
-    """``feed(delta)`` returns the segments it completed; ``finish()`` the rest."""
+    """``feed(delta)`` returns the segments it completed; ``finish()`` the
+    rest; ``commit()`` the rest too, and goes on."""
 
     def __init__(self, split: str = "sentence", max_chars: int = MAX_SEGMENT_CHARS):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-        self._split = split
+        self._split = self._asked_split = split
         self._max_chars = max_chars
         self._pending = ""
         self._document: bool | None = None  # an SSML document: spoken whole
@@ -62,6 +63,13 @@ class TextSegmenter:
         segments = self._take(final=True)
         rest, self._pending = self._pending.strip(), ""
         return [*segments, rest] if rest else segments
+
+    def commit(self) -> list[str]:
+        """The text so far is complete (a client's commit): its segments, the
+        last one cut where it stands; what comes after starts afresh."""
+        segments = self.finish()
+        self._split, self._document = self._asked_split, None
+        return segments
 
     def _take(self, final: bool) -> list[str]:
         segments = []

@@ -27,7 +27,7 @@ from ..audio.events import AudioEvents, events_of
 from ..audio.samples import Audio
 from .captions import Caption, Timeline
 from .script import shown_text
-from .segment_marks import SegmentEnded, SegmentStarted
+from .segment_marks import Committed, SegmentEnded, SegmentStarted
 from .segments import TextSegmenter
 
 # Segments held (generated or generating) but not yet read to their end.
@@ -43,17 +43,23 @@ class _Failure:
 
 
 _END = object()
+_COMMIT = Committed()
 
 
 class TextFeed:
     """An iterable of text fed from another thread (or an event loop):
-    ``put`` pieces, then ``end()``, or ``end(error)`` to fail its reader."""
+    ``put`` pieces, then ``end()``, or ``end(error)`` to fail its reader.
+    ``commit()`` says the text so far is complete: it is spoken without
+    waiting for more, and a ``Committed`` event follows its audio."""
 
     def __init__(self):
         self._pieces: queue.Queue = queue.Queue()
 
     def put(self, text: str) -> None:
         self._pieces.put(text)
+
+    def commit(self) -> None:
+        self._pieces.put(_COMMIT)
 
     def end(self, error: BaseException | None = None) -> None:
         self._pieces.put(_END if error is None else _Failure(error))
@@ -189,6 +195,10 @@ class _Pipeline:
             for delta in self._deltas:
                 if self._closed:
                     return
+                if delta is _COMMIT:
+                    if not self._queued([*self._segmenter.commit(), _COMMIT]):
+                        return
+                    continue
                 if not isinstance(delta, str):
                     raise TypeError(f"text deltas must be str, got {type(delta).__name__}")
                 if not self._queued(self._segmenter.feed(delta)):
@@ -209,10 +219,15 @@ class _Pipeline:
 
     def _speak_all(self) -> None:
         index = 0
+        committed = False
         while True:
             segment = self._segments.get()
-            if segment is _END and index == 0 and not self._closed:
+            if segment is _END and index == 0 and not committed and not self._closed:
                 segment = _Failure(ValueError(EMPTY_TEXT))  # as for any empty text
+            if segment is _COMMIT:
+                committed = True  # a commit of nothing is answered, not refused
+                self.output.put(segment)  # after the audio of the segments before
+                continue
             if not isinstance(segment, str):
                 self.output.put(segment)  # the end, or the deltas' failure
                 return

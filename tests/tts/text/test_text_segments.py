@@ -90,3 +90,16 @@ def test_split_none_holds_a_bounded_text():
     assert segmenter.feed("a" * MAX_WHOLE_CHARS) == []
     with pytest.raises(ValueError, match="passed 12800 characters before its end"):
         segmenter.feed("a")
+
+
+def test_a_commit_cuts_what_is_pending_and_the_split_goes_on():
+    segmenter = TextSegmenter("sentence")
+    assert segmenter.feed("One. Two") == ["One."]
+    assert segmenter.commit() == ["Two"]
+    assert segmenter.feed("Dr.") == []  # an abbreviation? what follows decides
+    assert segmenter.commit() == ["Dr."]
+    # a document spoken whole until the commit; the sentence split after it
+    assert segmenter.feed("<speak>A. B.</speak>") == []
+    assert segmenter.commit() == ["<speak>A. B.</speak>"]
+    assert segmenter.feed("Three. Four. ") == ["Three.", "Four."]
+    assert segmenter.commit() == []
