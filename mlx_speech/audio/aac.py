@@ -10,6 +10,7 @@ import numpy as np
 # Speech, per channel: FFmpeg's encoder is transparent enough at these rates.
 LOW_RATE_BITRATE, HIGH_RATE_BITRATE = 64_000, 96_000
 RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+FRAME_SAMPLES = 1024  # per channel, in each ADTS frame of AAC-LC
 
 
 class _Collected:
@@ -67,3 +68,14 @@ class AacEncoder:
 def encode_aac(samples: np.ndarray, sample_rate: int) -> bytes:
     encoder = AacEncoder(sample_rate, 1 if samples.ndim == 1 else samples.shape[1])
     return encoder.encode(samples) + encoder.finish()
+
+
+def silent_adts_frame(sample_rate: int, channels: int) -> bytes:
+    """One ADTS frame of silence, the encoder's first for silent input:
+    ``FRAME_SAMPLES`` samples, the least AAC there is."""
+    shape = (FRAME_SAMPLES, channels) if channels > 1 else (FRAME_SAMPLES,)
+    encoder = AacEncoder(sample_rate, channels)
+    stream = encoder.encode(np.zeros(shape, np.float32)) + encoder.finish()
+    # ADTS header bytes 3-5 hold the frame's length, header included: 13 bits
+    length = (stream[3] & 0b11) << 11 | stream[4] << 3 | stream[5] >> 5
+    return stream[:length]

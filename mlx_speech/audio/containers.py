@@ -119,6 +119,7 @@ class StreamEncoder:
             self._held.append(samples)
             return b""
         if self._aac is not None:
+            self._any_samples |= bool(len(samples))
             return self._aac.encode(samples)
         if self._file is None:
             return to_pcm16(samples).tobytes()
@@ -136,7 +137,10 @@ class StreamEncoder:
             )
             return encode_whole(held, self.sample_rate, self.response_format)
         if self._aac is not None:
-            return self._aac.finish()
+            rest = self._aac.finish()
+            if self._any_samples:
+                return rest
+            return completed_empty("aac", b"", self.sample_rate, self.channels)
         if self._file is None:
             return b""
         self._file.close()

@@ -1,12 +1,17 @@
 """Files with no samples that decoders still read, for a model that stops
 before its first audio. libsndfile writes nothing for an empty FLAC, and
 only the header pages of an empty Ogg Opus stream (no end-of-stream page),
-so both are completed here; WAV's header is already whole, and PCM, MP3
-and AAC have no header, so their empty file is empty."""
+so both are completed here; WAV's header is already whole, and PCM has no
+header, so its empty file is empty. MP3 and AAC cannot hold zero samples
+(a decoder finds them by their frames, and 0 bytes is no file to FFmpeg), so
+theirs is the least silence FFmpeg recognizes unnamed: two MP3 frames, one
+ADTS frame."""
 
 from __future__ import annotations
 
 import struct
+
+from .aac import silent_adts_frame
 
 _FLAC_BLOCK = 4096  # STREAMINFO's block sizes; any valid size, as no block follows
 _OGG_END_OF_STREAM = 0x04
@@ -16,13 +21,54 @@ _OPUS_SILENT_TOC = 0xF8
 _OPUS_STEREO_BIT = 0x04
 
 
+# MPEG audio: (version bits, sample rate index, bytes per kbit/s) per rate;
+# 32 kbit/s is in every version's table (index 1 in MPEG-1's, 4 in the others').
+_MPEG_FRAMES = {
+    48000: (0b11, 1, 144),
+    44100: (0b11, 0, 144),
+    32000: (0b11, 2, 144),
+    24000: (0b10, 1, 72),
+    22050: (0b10, 0, 72),
+    16000: (0b10, 2, 72),
+    12000: (0b00, 1, 72),  # MPEG-2.5
+    11025: (0b00, 0, 72),
+    8000: (0b00, 2, 72),
+}
+_MP3_KBITS = 32
+# FFmpeg's MP3 probe needs two frames in a row to know an unnamed file.
+_MP3_EMPTY_FRAMES = 2
+
+
 def completed_empty(name: str, written: bytes, sample_rate: int, channels: int) -> bytes:
     """``written`` (what the encoder wrote for no samples) as a whole file."""
     if name == "flac":
         return empty_flac(sample_rate, channels)
     if name == "opus":
         return written + opus_end_page(written, channels)
+    if name == "mp3":
+        return silent_mp3(sample_rate, channels)
+    if name == "aac":
+        return silent_adts_frame(sample_rate, channels)
     return written
+
+
+def silent_mp3(sample_rate: int, channels: int) -> bytes:
+    """Two Layer III frames of silence: 1152 samples each at 32 kHz and
+    above, 576 below. Their side information is all zeros (no reservoir, no
+    coded values), which every decoder reads as silence."""
+    version, rate_index, bytes_per_kbit = _MPEG_FRAMES[sample_rate]
+    bitrate_index = 1 if version == 0b11 else 4
+    mono = 0b11 if channels == 1 else 0b00
+    header = bytes(
+        [
+            0xFF,
+            0xE0 | version << 3 | 0b01 << 1 | 1,  # Layer III, no CRC
+            bitrate_index << 4 | rate_index << 2,  # no padding
+            mono << 6,
+        ]
+    )
+    size = bytes_per_kbit * _MP3_KBITS * 1000 // sample_rate
+    return (header + bytes(size - len(header))) * _MP3_EMPTY_FRAMES
 
 
 def empty_flac(sample_rate: int, channels: int) -> bytes:

@@ -75,6 +75,9 @@ def encode_whole(samples: np.ndarray, sample_rate: int, name: str) -> bytes:
     """A complete file with exact sizes in its headers; with no samples, the
     format's empty file (``empty_audio``)."""
     audio_format = FORMATS[name]
+    channels = 1 if samples.ndim == 1 else samples.shape[1]
+    if not len(samples) and name in ("aac", "mp3"):  # their encoders write nothing
+        return completed_empty(name, b"", sample_rate, channels)
     if name == "aac":
         return encode_aac(samples, sample_rate)
     if audio_format.soundfile is None:
@@ -90,5 +93,4 @@ def encode_whole(samples: np.ndarray, sample_rate: int, name: str) -> bytes:
     )
     if len(samples):
         return buffer.getvalue()
-    channels = 1 if samples.ndim == 1 else samples.shape[1]
     return completed_empty(name, buffer.getvalue(), sample_rate, channels)

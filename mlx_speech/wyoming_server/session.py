@@ -352,6 +352,7 @@ class _AudioCycles:
         self._rate = rate
         self._per_sentence = per_sentence
         self._open = False
+        self._chunks = 0  # in the open cycle
         self._samples = 0  # sent so far: the chunks' timestamps (ms)
 
     def events_for(self, event: Any) -> list[Event]:
@@ -363,19 +364,23 @@ class _AudioCycles:
         if isinstance(event, SegmentEnded):
             return self.stop() if self._per_sentence else []
         if isinstance(event, Audio) and len(event.samples):
-            chunk = AudioChunk(
-                self._rate,
-                SAMPLE_WIDTH,
-                1,
-                to_pcm16(event.samples).tobytes(),
-                timestamp=self._samples * 1000 // self._rate,
-            )
-            self._samples += len(event.samples)
-            return [chunk.event()]
+            return [self._chunk(to_pcm16(event.samples).tobytes())]
         return []
+
+    def _chunk(self, pcm: bytes) -> Event:
+        chunk = AudioChunk(
+            self._rate, SAMPLE_WIDTH, 1, pcm, timestamp=self._samples * 1000 // self._rate
+        )
+        self._chunks += 1
+        self._samples += len(pcm) // SAMPLE_WIDTH
+        return chunk.event()
 
     def stop(self) -> list[Event]:
         if not self._open:
             return []
         self._open = False
-        return [AudioStop(timestamp=self._samples * 1000 // self._rate).event()]
+        # A model that said nothing: one chunk of no samples, as clients that
+        # count chunks (wyoming-bench) take a cycle without one for a failure.
+        empty = [] if self._chunks else [self._chunk(b"")]
+        self._chunks = 0
+        return [*empty, AudioStop(timestamp=self._samples * 1000 // self._rate).event()]

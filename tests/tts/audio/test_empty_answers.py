@@ -3,7 +3,9 @@ the format's decoders read as empty (docs/speech.md, "Empty audio")."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import io
 import json
 
@@ -13,16 +15,19 @@ import numpy as np
 import pytest
 import soundfile
 from websockets.sync.client import connect
+from wyoming_bench.tts.client import measure_once
 
+import mlx_speech
+from mlx_speech.audio.aac import RATES as AAC_RATES
 from mlx_speech.audio.containers import StreamEncoder
-from mlx_speech.audio.formats import RESPONSE_FORMATS, encode_whole
+from mlx_speech.audio.formats import MP3_RATES, RESPONSE_FORMATS, encode_whole
 from mlx_speech.server import ServerSettings
 from tests.tts.support.server import RunningServer
 
 # The stopping checkpoint stops at its first frame on this seed and text.
 STOPS_AT_ONCE = {"input": "hello there", "seed": 5, "max_new_tokens": 40}
 SURFACES = ("streamed", "buffered", "sse", "batch", "websocket")
-HEADERLESS = ("pcm", "mp3", "aac")
+HEADERLESS = ("pcm",)
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +105,13 @@ def _answer(server, surface: str, response_format: str) -> bytes:
     return _speech(server, response_format=response_format, **shape).content
 
 
+def _ffmpeg_decoded(data: bytes) -> np.ndarray:
+    """The samples FFmpeg decodes from ``data``, unnamed: found by probing."""
+    with av.open(io.BytesIO(data)) as container:
+        frames = [frame.to_ndarray().reshape(-1) for frame in container.decode(audio=0)]
+    return np.concatenate(frames) if frames else np.zeros(0)
+
+
 def _ffmpeg_samples(data: bytes) -> int:
     with av.open(io.BytesIO(data)) as container:
         return sum(frame.samples for frame in container.decode(audio=0))
@@ -111,6 +123,11 @@ def test_the_model_stops_before_any_audio(server, surface):
     assert len(samples) == 0 and rate == 48000
 
 
+# What FFmpeg reads of each format's empty answer, at 48 kHz: MP3 and AAC
+# cannot hold zero samples, so theirs is the least silence it recognizes.
+SILENCE_READ = {"opus": 0, "flac": 0, "mp3": 2 * 1152, "aac": 1024}
+
+
 @pytest.mark.parametrize("response_format", [f for f in RESPONSE_FORMATS if f != "wav"])
 @pytest.mark.parametrize("surface", SURFACES)
 def test_an_empty_answer_is_a_file_its_decoders_read(server, surface, response_format):
@@ -118,7 +135,10 @@ def test_an_empty_answer_is_a_file_its_decoders_read(server, surface, response_f
     if response_format in HEADERLESS:
         assert data == b""
         return
-    assert _ffmpeg_samples(data) == 0
+    samples = _ffmpeg_decoded(data)
+    assert len(samples) == SILENCE_READ[response_format] and not samples.any()
+    if response_format in ("mp3", "aac"):
+        return
     if response_format == "opus":
         samples, rate = soundfile.read(io.BytesIO(data))
         assert len(samples) == 0 and rate == 48000
@@ -138,3 +158,56 @@ def test_empty_files_keep_their_rate_and_channels(channels, rate):
         samples, found = soundfile.read(io.BytesIO(opus), always_2d=True)
         assert samples.shape == (0, channels) and found == rate
         assert _ffmpeg_samples(opus) == 0
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+@pytest.mark.parametrize("response_format", ["mp3", "aac"])
+def test_empty_mp3_and_aac_are_the_least_silence_at_every_rate(response_format, channels):
+    rates = MP3_RATES if response_format == "mp3" else AAC_RATES
+    for rate in rates:
+        nothing = np.zeros((0, channels), np.float32)
+        whole = encode_whole(nothing, rate, response_format)
+        streamed = StreamEncoder(response_format, rate, channels)
+        assert streamed.start() + streamed.encode(nothing) + streamed.finish() == whole
+        with av.open(io.BytesIO(whole)) as container:
+            stream = container.streams.audio[0]
+            assert (stream.channels, stream.rate) == (channels, rate)
+            frames = [frame for frame in container.decode(audio=0)]
+        per_frame = 1152 if rate >= 32000 else 576
+        expected = 2 * per_frame if response_format == "mp3" else 1024
+        assert sum(frame.samples for frame in frames) == expected, rate
+        assert not any(frame.to_ndarray().any() for frame in frames)
+        if response_format == "mp3":  # libsndfile reads MP3 too
+            samples, found = soundfile.read(io.BytesIO(whole), always_2d=True)
+            assert samples.shape == (expected, channels) and found == rate
+
+
+def _seeded(model, **options):
+    """The stopping model, every request given the seed on which it stops at
+    once: Wyoming's events carry no sampling fields."""
+    tts = mlx_speech.load(model, **options)
+    opened, opened_text = tts.open, tts.open_text
+    sampling = {key: STOPS_AT_ONCE[key] for key in ("seed", "max_new_tokens")}
+    tts.open = lambda request: opened(dataclasses.replace(request, sampling=sampling))
+    tts.open_text = lambda deltas, request, split="sentence": opened_text(
+        deltas, dataclasses.replace(request, sampling=sampling), split
+    )
+    return tts
+
+
+@pytest.mark.parametrize("mode", ["non-streaming", "streaming"])
+def test_wyoming_bench_takes_an_empty_answer(stopping_dir, nano_backend, tmp_path, mode):
+    """Wyoming's empty answer: its audio cycle holds one chunk of no
+    samples, which wyoming-bench counts as audio (none is a failure)."""
+    settings = ServerSettings(
+        model=str(stopping_dir), voices_dir=tmp_path, wyoming_port=0, backend=nano_backend
+    )
+    with RunningServer(settings, load=_seeded) as running:
+        port = running.app.state.wyoming_port
+        measured = asyncio.run(
+            measure_once(
+                "127.0.0.1", port, mode, STOPS_AT_ONCE["input"], None, None, 10, 60
+            )
+        )
+    assert measured.ok, measured.error
+    assert (measured.n_chunks, measured.audio_bytes) == (1, 0)
