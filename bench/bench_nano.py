@@ -159,10 +159,8 @@ def _timings(args, tts, theirs, clip) -> dict[str, list[float]]:
 
 def main() -> None:
     args = _arguments()
-    if not args.reference_blas:
-        from mlx_speech.host_engine.blas import use_fast_blas
-
-        use_fast_blas()
+    if args.reference_blas:
+        import mlx.core  # noqa: F401 - first: mlx_speech then leaves MLX on it
     import numpy as np
     from mlx_audio.tts.utils import load_model
 

@@ -126,10 +126,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
 
-    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
-
-    use_fast_blas()
-    import mlx_speech
+    import mlx_speech  # first: it brings the system OpenBLAS under MLX
+    from mlx_speech.host_engine.blas import active_blas
 
     tts = mlx_speech.load(args.checkpoint, backend=args.backend)
     options = {"voice": args.voice, "temperature": 0, "max_new_tokens": args.frames}

@@ -114,12 +114,10 @@ def _workloads(service) -> dict:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
-
-    use_fast_blas()
     from mlx_speech.families import LoadOptions
     from mlx_speech.families.moss_nano.accelerator import MLX_OPS
     from mlx_speech.families.moss_nano.service import load
+    from mlx_speech.host_engine.blas import active_blas  # OpenBLAS under MLX
     from mlx_speech.host_engine.engine import Unavailable, open_host_engine
 
     try:

@@ -38,6 +38,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import mlx_speech  # before MLX: on Linux, MLX's CPU products through OpenBLAS
+
+# isort: split
 import mlx.core as mx
 import numpy as np
 
@@ -274,12 +277,8 @@ def frame_cost(model, frames: int = 4) -> dict:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.host_engine.blas import use_fast_blas
-
-    use_fast_blas()  # on Linux, MLX's CPU products through the system OpenBLAS
     from mlx_audio.tts.utils import load_model
 
-    import mlx_speech
     from mlx_speech.host_engine.blas import active_blas
 
     tts = mlx_speech.load(args.checkpoint, backend="mlx")

@@ -212,10 +212,8 @@ def _first_chunks_ms(decoder, frame, requests: int) -> float:
 
 def main() -> None:
     args = _arguments()
-    if not args.reference_blas:
-        from mlx_speech.host_engine.blas import use_fast_blas
-
-        use_fast_blas()
+    if args.reference_blas:
+        import mlx.core  # noqa: F401 - first: mlx_speech then leaves MLX on it
     from mlx_audio.tts.utils import load_model
 
     from mlx_speech.backends import accelerator_for, requested_backend

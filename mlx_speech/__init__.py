@@ -11,6 +11,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .backends import bring_fast_blas
+
+bring_fast_blas()  # before MLX's first import, wherever that comes
+
 DEFAULT_MODEL = "mlx-community/MOSS-TTS-Nano-100M"
 
 # Imported at first use, so that the command line's --help and usage errors

@@ -96,13 +96,13 @@ def mlx_compiled_here_before() -> bool:
     return kept.is_dir() and any(kept.iterdir())
 
 
-def use_fast_blas() -> None:
-    """On Linux, re-execute the command with OpenBLAS under MLX where the
-    system has it (``host_engine.blas``); elsewhere nothing."""
+def bring_fast_blas() -> None:
+    """On Linux, load the system OpenBLAS under MLX, which must not have been
+    imported yet (``host_engine.blas``); elsewhere nothing."""
     if sys.platform == "linux":
-        from .host_engine.blas import use_fast_blas as switch_to_openblas
+        from .host_engine.blas import bring_openblas
 
-        switch_to_openblas()
+        bring_openblas()
 
 
 def blas_name() -> str:

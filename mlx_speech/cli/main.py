@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..backends import use_fast_blas
 from ..errors import ModelNotFetched
 from . import normalize, serve, speak, voices
 from .arguments import Parser
@@ -29,8 +28,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--no-http serves Wyoming alone: it needs --wyoming-port")
     if args.command == "serve" and args.public_listings and not args.api_key:
         parser.error("--public-listings opens what --api-key guards: it needs a key")
-    if argv is None and args.command in ("serve", "speak"):
-        use_fast_blas()  # re-executes the command (parsed again) with OpenBLAS
     try:
         commands = {
             "serve": serve.run,

@@ -1,9 +1,12 @@
-"""Which BLAS MLX's CPU backend runs on, and switching Linux to OpenBLAS.
+"""Which BLAS MLX's CPU backend runs on, and bringing Linux's OpenBLAS under it.
 
 The ``mlx-cpu`` wheel bundles the reference BLAS, whose matrix products are
 about 20x slower than OpenBLAS. When the system has OpenBLAS
-(``apt-get install libopenblas0-pthread``), ``use_fast_blas()`` re-runs the
-process once with it preloaded; an environment variable guards against loops.
+(``apt-get install libopenblas0-pthread``), ``bring_openblas()`` loads it
+into the process with its symbols global before MLX's first import, as
+``import mlx_speech`` does: MLX's library, loaded after, then takes its
+products from OpenBLAS, as it would with OpenBLAS in ``LD_PRELOAD``. Once
+MLX is imported, it is too late, and the load's warning says what to do.
 
 It also sets how long OpenBLAS's threads wait for their next product by
 spinning before they sleep. OpenBLAS reads this once, as it loads, and its
@@ -17,15 +20,17 @@ know the CPUs made after it, and on them falls back to its SSE3 kernels
 ("Prescott"). Debian 12's 0.3.21 does so on an Intel Xeon of family 6 model
 207, where its AVX-512 kernels take half the time for a prompt's products.
 So where OpenBLAS would run kernels older than AVX2 on a CPU that has AVX2
-or AVX-512, the re-run asks for the newest kernels that CPU runs
-(``OPENBLAS_CORETYPE``, unless set already). Every product in the process
-uses them, mlx-audio's included, so ours and theirs stay equal.
+or AVX-512, it is asked for the newest kernels that CPU runs
+(``OPENBLAS_CORETYPE``, unless set already) as it loads. Asking OpenBLAS
+which kernels it picks loads it, so a child process asks. Every product in
+the process uses them, mlx-audio's included, so ours and theirs stay equal.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +39,6 @@ OPENBLAS_LIBRARIES = (
     "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
     "/usr/lib64/libopenblas.so.0",
 )
-_GUARD = "MLX_SPEECH_BLAS_CHECKED"
 THREAD_TIMEOUT = "OPENBLAS_THREAD_TIMEOUT"
 SPIN_CYCLES_LOG2 = "20"
 CORE_TYPE = "OPENBLAS_CORETYPE"
@@ -50,34 +54,61 @@ _NEWER_KERNELS = (
 )
 
 
-def use_fast_blas() -> None:
-    """Re-execute with the system OpenBLAS preloaded and its threads' spin
-    bounded (``THREAD_TIMEOUT``, unless set already), at most once per
-    process tree."""
-    if sys.platform != "linux" or os.environ.get(_GUARD):
+# Why OpenBLAS is not under MLX, where ``bring_openblas`` could not put it.
+_MISSING, _TOO_LATE, _FAILED = "missing", "too late", "failed"
+_not_brought: str | None = None
+
+
+def bring_openblas() -> None:
+    """Load the system OpenBLAS with global symbols, its threads' spin
+    bounded (``THREAD_TIMEOUT``) and its kernels chosen (``CORE_TYPE``),
+    unless the user set them, so that MLX runs its products on it (Linux).
+    Nothing where it is loaded already (``LD_PRELOAD``); where it is missing
+    or MLX was imported first, the reason is kept for the warning."""
+    global _not_brought
+    if sys.platform != "linux" or loaded_openblas() is not None:
         return
-    os.environ[_GUARD] = "1"
-    preloaded = os.environ.get("LD_PRELOAD", "")
-    library = next((path for path in OPENBLAS_LIBRARIES if os.path.exists(path)), None)
-    if "openblas" in preloaded:
-        if THREAD_TIMEOUT in os.environ:
-            return
-    elif library is None:
+    library = system_openblas()
+    if library is None or "mlx.core" in sys.modules:
+        _not_brought = _MISSING if library is None else _TOO_LATE
         return
-    else:
-        os.environ["LD_PRELOAD"] = f"{library} {preloaded}".strip()
     os.environ.setdefault(THREAD_TIMEOUT, SPIN_CYCLES_LOG2)
-    if library is not None and CORE_TYPE not in os.environ:
-        kernels = kernels_to_ask_for(library)
+    if CORE_TYPE not in os.environ:
+        kernels = better_kernels(kernels_in_a_child(library), _cpu_flags())
         if kernels is not None:
             os.environ[CORE_TYPE] = kernels
-    os.execv(sys.executable, sys.orig_argv)
+    try:
+        ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+    except OSError:  # not a library this process can load: say so at load
+        _not_brought = _FAILED
 
 
-def kernels_to_ask_for(library: str) -> str | None:
-    """``OPENBLAS_CORETYPE`` for the OpenBLAS at ``library`` on this CPU:
-    None where its own choice stands."""
-    return better_kernels(openblas_kernels(library), _cpu_flags())
+def system_openblas() -> str | None:
+    return next((path for path in OPENBLAS_LIBRARIES if os.path.exists(path)), None)
+
+
+_ASK_CORENAME = (
+    "import ctypes, sys; blas = ctypes.CDLL(sys.argv[1]); "
+    "blas.openblas_get_corename.restype = ctypes.c_char_p; "
+    "print(blas.openblas_get_corename().decode())"
+)
+
+
+def kernels_in_a_child(library: str) -> str | None:
+    """The kernels OpenBLAS picks here, asked in a child process (asking
+    loads it, and this process must load it only once, configured)."""
+    if not sys.executable:
+        return None
+    try:
+        asked = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _ASK_CORENAME, library],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return asked.stdout.strip() or None if asked.returncode == 0 else None
 
 
 def better_kernels(chosen: str | None, cpu_flags: frozenset[str]) -> str | None:
@@ -92,9 +123,7 @@ def better_kernels(chosen: str | None, cpu_flags: frozenset[str]) -> str | None:
 def openblas_kernels(library: str) -> str | None:
     """The kernels the OpenBLAS at ``library`` picks for this CPU (``None``
     where it cannot be asked). It loads the library into this process, so
-    ask where it is loaded already, or in a process about to re-execute: in
-    any other, the host engine's checks would then take its products for
-    MLX's."""
+    ask only where it is loaded already (``kernels_in_a_child`` elsewhere)."""
     try:
         openblas = ctypes.CDLL(library)
         openblas.openblas_get_corename.restype = ctypes.c_char_p
@@ -113,20 +142,23 @@ def _cpu_flags() -> frozenset[str]:
 
 
 def reference_blas_warning() -> str | None:
-    """A sentence for a Python process on Linux whose MLX runs on the mlx-cpu
-    wheel's reference BLAS (about 20x slower), else None. The command line
-    has already re-executed itself with OpenBLAS where it could."""
-    if sys.platform != "linux" or os.environ.get(_GUARD) or loaded_openblas():
+    """A sentence for a process on Linux whose MLX runs on the mlx-cpu
+    wheel's reference BLAS (about 20x slower), saying what to do; else None."""
+    if sys.platform != "linux" or loaded_openblas():
         return None
-    library = next((path for path in OPENBLAS_LIBRARIES if os.path.exists(path)), None)
-    fix = (
-        f"start Python with LD_PRELOAD={library}"
-        if library
-        else "install libopenblas0-pthread (Debian, Ubuntu) and preload it"
-    )
+    library = system_openblas()
+    if _not_brought == _TOO_LATE:
+        fix = (
+            "import mlx_speech before mlx (and mlx_lm), or start Python with "
+            f"LD_PRELOAD={library}"
+        )
+    elif library is not None:
+        fix = f"start Python with LD_PRELOAD={library}"
+    else:
+        fix = "install libopenblas0-pthread (Debian, Ubuntu) or your system's OpenBLAS"
     return (
         "MLX runs on the reference BLAS of the mlx-cpu wheel here, about 20x slower "
-        f"on the CPU: {fix} (the mlx-speech command does this itself)"
+        f"on the CPU: {fix}"
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -18,7 +19,7 @@ from mlx_speech.errors import ModelLoadError
 from mlx_speech.families.moss_nano.codec import MlxDecoder
 from mlx_speech.families.moss_nano.codec_math import fast_by_default
 from mlx_speech.families.moss_nano.loop import MlxFrameStep
-from mlx_speech.host_engine import library
+from mlx_speech.host_engine import blas, library
 from mlx_speech.server import ServerSettings
 from tests.tts.support import cli
 from tests.tts.support.server import RunningServer
@@ -131,24 +132,51 @@ def test_decoding_defaults_to_exact_math_on_a_gpu(monkeypatch):
     assert not fast_by_default()
 
 
-LOAD_AND_LOG = (
-    "import logging, sys, mlx_speech; logging.basicConfig(); mlx_speech.load(sys.argv[1])"
+# In a fresh Python: which BLAS MLX's products run on, once mlx_speech (or
+# MLX, "mlx first") is imported. OpenBLAS's own product, called directly,
+# equals MLX's only where MLX runs on it (the reference BLAS sums otherwise).
+WHICH_BLAS = """
+import ctypes, json, logging, sys
+if sys.argv[2] == "mlx first":
+    import mlx.core
+import mlx_speech
+import mlx.core as mx
+import numpy as np
+from mlx_speech.host_engine.blas import OPENBLAS_LIBRARIES, loaded_openblas
+logging.basicConfig()
+mapped = loaded_openblas()
+mlx_speech.load(sys.argv[1])  # which warns where MLX is not on OpenBLAS
+rng = np.random.default_rng(0)
+a = rng.standard_normal((64, 4096), dtype=np.float32)
+b = rng.standard_normal((4096, 64), dtype=np.float32)
+theirs = np.zeros((64, 64), np.float32)
+openblas = ctypes.CDLL(OPENBLAS_LIBRARIES[0])
+one, zero, to = ctypes.c_float(1.0), ctypes.c_float(0.0), ctypes.c_void_p
+openblas.cblas_sgemm(101, 111, 111, 64, 64, 4096, one, to(a.ctypes.data), 4096,
+                     to(b.ctypes.data), 64, zero, to(theirs.ctypes.data), 64)
+same = bool(np.array_equal(np.array(mx.array(a) @ mx.array(b)), theirs))
+print(json.dumps({"mapped": mapped, "same": same}))
+"""
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or not os.path.exists(blas.OPENBLAS_LIBRARIES[0]),
+    reason="the system OpenBLAS of Linux",
 )
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="the reference BLAS is Linux's")
-def test_the_python_api_warns_when_mlx_runs_on_the_reference_blas(speaking_dir):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("LD_PRELOAD", "MLX_SPEECH_BLAS_CHECKED")
-    }
+@pytest.mark.parametrize("order", ["mlx_speech first", "mlx first"])
+def test_importing_mlx_speech_puts_mlx_on_openblas_without_ld_preload(speaking_dir, order):
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     result = subprocess.run(
-        [sys.executable, "-c", LOAD_AND_LOG, str(speaking_dir)],
+        [sys.executable, "-c", WHICH_BLAS, str(speaking_dir), order],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
     )
     assert result.returncode == 0, result.stderr
-    assert "MLX runs on the reference BLAS of the mlx-cpu wheel here" in result.stderr
+    found = json.loads(result.stdout)
+    brought = order == "mlx_speech first"
+    assert found["same"] == brought
+    assert (found["mapped"] is not None) == brought  # the library, by its real path
+    warned = "import mlx_speech before mlx (and mlx_lm)" in result.stderr
+    assert warned != brought

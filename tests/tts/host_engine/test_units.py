@@ -21,51 +21,63 @@ def test_first_chunk_is_one_frame_then_chunks_grow_by_half_up_to_the_cap():
 
 
 @pytest.fixture
-def installed_openblas(monkeypatch, tmp_path) -> tuple[str, list]:
-    """A Linux with an OpenBLAS file at the returned path, and the list of
-    the re-executions ``use_fast_blas`` asks for (none happens)."""
+def fresh_linux(monkeypatch, tmp_path) -> list:
+    """A Linux process with an OpenBLAS file, none loaded and MLX not yet
+    imported; the list of the loads ``bring_openblas`` asks for (none happens)."""
     library = tmp_path / "libopenblas.so.0"
     library.write_bytes(b"")
-    calls = []
+    loads = []
     monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", (str(library),))
     monkeypatch.setattr(blas.sys, "platform", "linux")
-    monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
-    return str(library), calls
+    monkeypatch.setattr(blas, "loaded_openblas", lambda: None)
+    monkeypatch.setattr(blas, "_not_brought", None)
+    monkeypatch.delitem(blas.sys.modules, "mlx.core", raising=False)
+    monkeypatch.setattr(
+        blas.ctypes, "CDLL", lambda path, mode=0: loads.append((path, mode))
+    )
+    monkeypatch.setattr(blas, "kernels_in_a_child", lambda library: "Prescott")
+    monkeypatch.setattr(blas, "_cpu_flags", lambda: AVX512)
+    for name in ("OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_CORETYPE"):
+        monkeypatch.setenv(name, "")  # restored after the test
+        monkeypatch.delenv(name)
+    return loads
 
 
-def test_fast_blas_re_executes_at_most_once(monkeypatch, installed_openblas):
-    library, calls = installed_openblas
-    monkeypatch.setenv("MLX_SPEECH_BLAS_CHECKED", "")  # restored after the test
-    monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
-    monkeypatch.setenv("LD_PRELOAD", "")
-    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
-    blas.use_fast_blas()
-    blas.use_fast_blas()
-    assert len(calls) == 1
-    assert blas.os.environ["LD_PRELOAD"] == library
-    assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == "20"
+@pytest.mark.parametrize("set_by_user", [None, "28"])
+def test_openblas_is_loaded_global_with_its_spin_bounded(
+    monkeypatch, fresh_linux, set_by_user
+):
+    if set_by_user:
+        monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", set_by_user)
+    blas.bring_openblas()
+    assert fresh_linux == [(blas.OPENBLAS_LIBRARIES[0], blas.ctypes.RTLD_GLOBAL)]
+    assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == (set_by_user or "20")
 
 
-@pytest.mark.parametrize("timeout, runs", [(None, 1), ("28", 0)])
-def test_fast_blas_bounds_the_spin_of_a_preloaded_openblas(monkeypatch, timeout, runs):
-    """OpenBLAS preloaded by the user: one more run to set its threads' spin,
-    unless the user set it."""
-    calls = []
-    monkeypatch.setattr(blas.sys, "platform", "linux")
-    monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
-    # asking OpenBLAS would load it into this process (the tests' MLX runs without)
-    monkeypatch.setattr(blas, "openblas_kernels", lambda library: None)
-    monkeypatch.setenv("MLX_SPEECH_BLAS_CHECKED", "")  # restored after the test
-    monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
-    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libopenblas.so.0")
-    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "")  # restored after the test
-    if timeout is None:
-        monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
-    else:
-        monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", timeout)
-    blas.use_fast_blas()
-    assert len(calls) == runs
-    assert blas.os.environ["OPENBLAS_THREAD_TIMEOUT"] == (timeout or "20")
+@pytest.mark.parametrize("set_by_user", [None, "Haswell"])
+def test_openblas_is_asked_for_the_kernels_it_does_not_pick(
+    monkeypatch, fresh_linux, set_by_user
+):
+    if set_by_user:
+        monkeypatch.setenv("OPENBLAS_CORETYPE", set_by_user)
+    blas.bring_openblas()
+    assert blas.os.environ["OPENBLAS_CORETYPE"] == (set_by_user or "SkylakeX")
+
+
+def test_openblas_is_not_loaded_once_mlx_is_and_the_warning_says_why(
+    monkeypatch, fresh_linux
+):
+    monkeypatch.setitem(blas.sys.modules, "mlx.core", object())
+    blas.bring_openblas()
+    assert fresh_linux == []
+    assert "import mlx_speech before mlx" in blas.reference_blas_warning()
+
+
+def test_a_missing_openblas_is_said_with_what_to_install(monkeypatch, fresh_linux):
+    monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", ("/nonexistent/libopenblas.so.0",))
+    blas.bring_openblas()
+    assert fresh_linux == []
+    assert "install libopenblas0-pthread" in blas.reference_blas_warning()
 
 
 AVX512 = frozenset({"sse3", "avx2", "fma", "avx512f", "avx512cd", "avx512bw"})
@@ -87,34 +99,6 @@ AVX512 |= {"avx512dq", "avx512vl"}
 )
 def test_openblas_is_asked_for_newer_kernels_only_where_it_fell_back(chosen, flags, asked):
     assert blas.better_kernels(chosen, flags) == asked
-
-
-@pytest.mark.parametrize("set_by_user", [None, "Haswell"])
-def test_fast_blas_asks_for_the_kernels_openblas_does_not_pick(
-    monkeypatch, installed_openblas, set_by_user
-):
-    _, calls = installed_openblas
-    monkeypatch.setattr(blas, "openblas_kernels", lambda library: "Prescott")
-    monkeypatch.setattr(blas, "_cpu_flags", lambda: AVX512)
-    for name in ("MLX_SPEECH_BLAS_CHECKED", "LD_PRELOAD", "OPENBLAS_CORETYPE"):
-        monkeypatch.setenv(name, "")  # restored after the test
-        monkeypatch.delenv(name)
-    if set_by_user:
-        monkeypatch.setenv("OPENBLAS_CORETYPE", set_by_user)
-    blas.use_fast_blas()
-    assert len(calls) == 1
-    assert blas.os.environ["OPENBLAS_CORETYPE"] == (set_by_user or "SkylakeX")
-
-
-def test_fast_blas_leaves_a_process_alone_when_openblas_is_missing(monkeypatch):
-    calls = []
-    monkeypatch.setattr(blas, "OPENBLAS_LIBRARIES", ("/nonexistent/libopenblas.so.0",))
-    monkeypatch.setattr(blas.sys, "platform", "linux")
-    monkeypatch.setattr(blas.os, "execv", lambda *args: calls.append(args))
-    monkeypatch.setenv("MLX_SPEECH_BLAS_CHECKED", "")  # restored after the test
-    monkeypatch.delenv("MLX_SPEECH_BLAS_CHECKED")
-    blas.use_fast_blas()
-    assert calls == []
 
 
 def test_rows_drawn_together_equal_mlx_categorical_row_by_row():
