@@ -171,7 +171,7 @@ def active_blas() -> str:
     if library is not None:
         kernels = openblas_kernels(library)
         return "OpenBLAS" if kernels is None else f"OpenBLAS ({kernels} kernels)"
-    return "reference BLAS (mlx-cpu wheel; install libopenblas0-pthread for ~20x faster)"
+    return "reference BLAS (the mlx-cpu wheel's, about 20x slower than OpenBLAS)"
 
 
 def loaded_openblas() -> str | None:
