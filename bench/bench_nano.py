@@ -15,7 +15,7 @@ the backend, the BLAS and the ratios.
 auto: the host engine where it can run, else MLX alone).
 Each time is the best of --repeats runs, theirs and ours taking turns, so the
 drift of a shared machine reaches both alike.
-On Linux it re-runs itself with the system OpenBLAS when one is installed;
+On Linux it runs MLX on the system OpenBLAS when one is installed;
 pass --reference-blas to measure the bundled reference BLAS instead, and set
 MLX_SPEECH_EXACT=1 to measure our reference mode (no products of our own for
 sampled requests; greedy ones, as here, never take them).
@@ -161,10 +161,12 @@ def main() -> None:
     args = _arguments()
     if args.reference_blas:
         import mlx.core  # noqa: F401 - first: mlx_speech then leaves MLX on it
+    import mlx_speech  # else first: it brings OpenBLAS under MLX
+
+    # isort: split
     import numpy as np
     from mlx_audio.tts.utils import load_model
 
-    import mlx_speech
     from mlx_speech.host_engine.blas import active_blas
     from mlx_speech.host_engine.frame_step import HostStep
 

@@ -9,7 +9,7 @@ frame step applies, the prompts sharing their products where its load check
 allows; else through MLX, the prompts in one forward), then each again alone;
 it counts the requests whose codes differ and the frames compared.
 ``--backend`` picks what runs them (default: ``MLX_SPEECH_BACKEND``, else
-auto: the host engine where it can run). On Linux it re-runs itself with the
+auto: the host engine where it can run). On Linux it runs MLX on the
 system OpenBLAS when one is installed (pass --reference-blas to keep the
 bundled reference BLAS).
 """
@@ -66,11 +66,11 @@ def _codes(model, stepper, requests, together: bool):
 
 def main() -> None:
     args = _arguments()
-    if not args.reference_blas:
-        from mlx_speech.host_engine.blas import use_fast_blas
+    if args.reference_blas:
+        import mlx.core  # noqa: F401 - first: mlx_speech then leaves MLX on it
+    import mlx_speech  # else first: it brings OpenBLAS under MLX
 
-        use_fast_blas()
-    import mlx_speech
+    # isort: split
     from mlx_speech.engine import shared_engine
     from mlx_speech.families.moss_nano.service import DEFAULTS, _frame_sampling
     from mlx_speech.host_engine.blas import active_blas

@@ -17,7 +17,7 @@ decoding their first 40 frames together in a stream's chunks (1, 1, 1, 1, 2,
 functions alone.
 ``--fit`` recomputes the erf coefficients (a rational least-squares fit,
 reweighted so the error, not the residual times Q, is what shrinks).
-On Linux it re-runs itself with the system OpenBLAS when one is installed.
+On Linux it runs MLX on the system OpenBLAS when one is installed.
 """
 
 from __future__ import annotations
@@ -219,9 +219,8 @@ def _compared(decoders: dict, codes: list[list], frames: int) -> dict:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
+    from mlx_speech.host_engine.blas import active_blas  # OpenBLAS under MLX
 
-    use_fast_blas()
     if args.fit:
         numerator, denominator = fit_erf()
         print("erf numerator (in x², from x⁰):", numerator)

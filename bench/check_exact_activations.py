@@ -12,7 +12,7 @@ voice's prompt prefix (that clip's rows and the template around them), one
 ``bench/profile_frame.py`` measures it.)
 Prints the best of each, and whether the reference codes, the prefix's KV
 state and the decoded audio are bit for bit the same both ways. On Linux it
-re-runs itself with the system OpenBLAS when one is installed.
+runs MLX on the system OpenBLAS when one is installed.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ request's products with MLX's numbers, so its codes must not change; a
 sampled one's too where the lone order holds for every product shape, as
 with OpenBLAS, else through the library's own product). It counts the
 requests whose codes differ, the frame where each first differs, and the
-frames compared. It re-runs itself with the system OpenBLAS when one is
+frames compared. It runs MLX on the system OpenBLAS when one is
 installed.
 """
 
@@ -59,9 +59,6 @@ def _first_difference(a: list, b: list) -> int | None:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.host_engine.blas import use_fast_blas
-
-    use_fast_blas()
     import mlx_speech
     from mlx_speech.engine import shared_engine
     from mlx_speech.families.moss_nano.loop import MlxFrameStep

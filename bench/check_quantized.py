@@ -11,7 +11,7 @@ frame per text), the SNR of its audio against the float audio, the bytes of
 its transformer weights, and its steady ms/frame (60 frames minus 20, best of
 ``--repeats``, the models taking turns), each stepped as the server steps it,
 and the backend that runs it (``--backend``; default: ``MLX_SPEECH_BACKEND``,
-else auto: the host engine where it can run). On Linux it re-runs itself with
+else auto: the host engine where it can run). On Linux it runs MLX on
 the system OpenBLAS when one is installed.
 
 A random-weight checkpoint's logits are nearly flat, so near-ties (and so
@@ -104,12 +104,10 @@ def _transformer_bytes(model) -> int:
 
 def main() -> None:
     args = _arguments()
-    from mlx_speech.host_engine.blas import active_blas, use_fast_blas
-
-    use_fast_blas()
     from mlx_speech.backends import accelerator_for, requested_backend
     from mlx_speech.families import LoadOptions
     from mlx_speech.families.moss_nano.service import FAMILY, load
+    from mlx_speech.host_engine.blas import active_blas  # OpenBLAS under MLX
 
     accelerator, _ = accelerator_for(requested_backend(args.backend), FAMILY)
     services = {

@@ -26,7 +26,7 @@ them, for the lone step (greedy and sampled), a step of ``--batch``, and the
 codec decode (a 16-frame chunk, and a first chunk of one frame); and for the
 steps, the ms the host takes to build a frame before queuing it (while the
 device computes the last frame's codes). On Linux it
-re-runs itself with the system OpenBLAS when one is installed (pass
+runs MLX on the system OpenBLAS when one is installed (pass
 --reference-blas to keep the bundled reference BLAS).
 """
 
@@ -214,6 +214,9 @@ def main() -> None:
     args = _arguments()
     if args.reference_blas:
         import mlx.core  # noqa: F401 - first: mlx_speech then leaves MLX on it
+    import mlx_speech  # noqa: F401 - else first: it brings OpenBLAS under MLX
+
+    # isort: split
     from mlx_audio.tts.utils import load_model
 
     from mlx_speech.backends import accelerator_for, requested_backend
