@@ -59,7 +59,7 @@ class ModelNotFetched(ModelLoadError):
             f"could not fetch {self.model!r} from the Hugging Face hub ({self.reason}). "
             f"Without the network, {how} that holds the checkpoint (its config.json "
             "and weights), e.g. one made on a connected machine with "
-            f"'huggingface-cli download {self.model} --local-dir DIR'"
+            f"'hf download {self.model} --local-dir DIR'"
         )
 
 

@@ -17,6 +17,10 @@ from .tts import TTS
 from .voices.store import VoiceStore
 
 log = logging.getLogger("mlx_speech.engine")
+QUANTIZED_ON_A_CPU = (
+    "quantized weights on a CPU: speech is slower, not faster (MLX's quantized "
+    "products there are slower than its float ones), and only memory is saved"
+)
 
 
 def load(
@@ -71,16 +75,19 @@ def load(
             why = "the host engine's parts differ from MLX's here"
         device = device_name()
         log.info("backend: %s (%s), device: %s", service.backend, why, device)
-        return service, device
+        if quantize is not None and device == "cpu":
+            log.warning(QUANTIZED_ON_A_CPU)
+        return service, device, why
 
     store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
     aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
     normalizer = TextNormalizer()
     grammars = normalizer.preload()  # beside the model, not after it
-    service, device = engine.call(load_on_worker)
+    service, device, why = engine.call(load_on_worker)
     if device == "cpu" and (slow := slow_blas_warning()) is not None:
         log.warning(slow)
     grammars.join()  # so the first request does not wait for them
     tts = TTS(service, engine, store, aliases, normalize, normalizer, device)
     tts.lexicon = lexicon
+    tts.backend_reason = why
     return tts

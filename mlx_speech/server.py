@@ -6,9 +6,11 @@ or SIGTERM, then lets what is being spoken finish for a grace."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 __all__ = ["ServerSettings", "create_app", "serve_http", "serve_without_http"]
+
+log = logging.getLogger("mlx_speech.server")
 
 
 def other_listeners(settings: ServerSettings) -> list[Listener]:
@@ -50,6 +54,7 @@ def serve_http(settings: ServerSettings, load: Loader, **uvicorn_options) -> Non
 
     from .http.app import uvicorn_config
 
+    check_ports(settings)
     app = create_app(settings, load)
     server = uvicorn.Server(
         uvicorn_config(app, settings, log_config=None, **uvicorn_options)
@@ -69,6 +74,7 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
     """The server's life (the model, the engine, the other listeners: Wyoming)
     without HTTP, until SIGINT or SIGTERM; then what is being spoken may
     finish for the grace, as ``serve_http`` lets it."""
+    check_ports(settings)
     state = server_state(settings, load)
     slot = state.slot
     grace = state.settings.shutdown_timeout
@@ -76,9 +82,16 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
     slot.on_failure = lambda error: stopping.set()
     slot.on_loaded = _keep_loaded_objects_from_the_collector
 
+    forced = threading.Event()
+
     def stop(signum, frame) -> None:
+        if stopping.is_set():
+            forced.set()
+            _say_stopping_now()
+            return
         stopping.set()
         state.shutdown.begin(grace)
+        _say_stopping(state, grace)
 
     async def run() -> None:
         async with serving(state, other_listeners(settings)):
@@ -86,12 +99,56 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
                 await anyio.sleep(0.1)
             deadline = time.monotonic() + grace + END_EARLY_SECONDS
             while state.sockets.active and time.monotonic() < deadline:
+                if forced.is_set():
+                    break
                 await anyio.sleep(0.05)
 
     with _signals_call(stop):
         anyio.run(run)
     if slot.error is not None:
         raise RuntimeError(f"could not load the model: {slot.error}")
+
+
+def check_ports(settings: ServerSettings) -> None:
+    """Each port the server will listen on can be had, before anything
+    starts: else a ``PortUnavailable`` naming it and the flag that sets it
+    (not, minutes later, a listener's traceback)."""
+    ports = [
+        (settings.wyoming_host or settings.host, settings.wyoming_port, "--wyoming-port")
+    ]
+    if settings.http:
+        ports.insert(0, (settings.host, settings.port, "--port"))
+    for host, port, flag in ports:
+        if not port:  # none, or any free one
+            continue
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as error:
+            raise PortUnavailable(f"cannot listen on {host}: {error.strerror}") from None
+        family, kind, _, _, address = infos[0]
+        with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+            try:
+                probe.bind(address)
+            except OSError as error:
+                raise PortUnavailable(_why_not(host, port, flag, error)) from None
+
+
+class PortUnavailable(RuntimeError):
+    """A port the server was told to listen on cannot be had."""
+
+
+def _why_not(host: str, port: int, flag: str, error: OSError) -> str:
+    if error.errno == errno.EADDRNOTAVAIL:
+        host_flag = flag.replace("port", "host")
+        return f"{host} is no address of this machine: pass {host_flag} with one that is"
+    if error.errno == errno.EADDRINUSE:
+        reason = "is in use (another server listens there)"
+    elif error.errno == errno.EACCES:
+        reason = "needs privileges (ports below 1024 do)"
+    else:
+        reason = f"cannot be had ({error.strerror})"
+    return f"port {port} on {host} {reason}: pass {flag} with another port"
 
 
 def _keep_loaded_objects_from_the_collector() -> None:
@@ -101,7 +158,7 @@ def _keep_loaded_objects_from_the_collector() -> None:
     while serving, scanned them all: 66 ms during which no stream got a
     frame; it now scans only what serving made (0.45 ms)."""
     gc.freeze()
-    logging.getLogger("mlx_speech.server").debug(
+    log.debug(
         "%d objects from loading kept out of the garbage collector's scans",
         gc.get_freeze_count(),
     )
@@ -123,9 +180,11 @@ def _run_until_signalled(server, state, grace_seconds: float) -> None:
     def stop(signum, frame) -> None:
         if stopping.is_set():
             server.force_exit = server.should_exit = True
+            _say_stopping_now()
             return
         stopping.set()
         state.shutdown.begin(grace_seconds)
+        _say_stopping(state, grace_seconds)
         threading.Thread(target=exit_when_sockets_end, daemon=True).start()
 
     with _signals_call(stop):
@@ -133,6 +192,26 @@ def _run_until_signalled(server, state, grace_seconds: float) -> None:
         thread.start()
         while thread.is_alive():
             thread.join(0.2)
+
+
+def _say_stopping(state, grace_seconds: float) -> None:
+    """What a first signal waits for, and for how long."""
+    requests, sessions = state.metrics.in_flight, state.sockets.active
+    if not requests and not sessions:
+        log.info("stopping")
+        return
+    log.warning(
+        "stopping: what is being spoken (%d request(s), %d WebSocket session(s)) "
+        "may finish for up to %g s (--shutdown-timeout); press Ctrl-C again to "
+        "stop now",
+        requests,
+        sessions,
+        grace_seconds,
+    )
+
+
+def _say_stopping_now() -> None:
+    log.warning("stopping now: what is being spoken is cut off")
 
 
 @contextmanager

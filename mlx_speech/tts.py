@@ -70,6 +70,7 @@ class TTS:
         self.max_text_chars: int | None = None
         # Words said otherwise, applied before normalization (``lexicon``).
         self.lexicon: Lexicon | None = None
+        self.backend_reason = ""  # why ``backend`` runs, in a few words (``load``)
 
     @property
     def family(self) -> str:

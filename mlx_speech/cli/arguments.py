@@ -52,7 +52,8 @@ def quantize_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=QUANTIZE_BITS,
         help="quantize MOSS-TTS-Nano's transformer weights to this many bits as they "
-        "load (less memory; the codec stays float; default: as stored)",
+        "load (less memory; on a CPU, speech is slower, not faster; the codec "
+        "stays float; default: as stored)",
     )
 
 

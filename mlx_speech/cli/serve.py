@@ -232,10 +232,11 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
 def run(args: argparse.Namespace) -> None:
     import mlx_speech
 
-    from ..server import serve_http, serve_without_http
+    from ..server import check_ports, serve_http, serve_without_http
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     settings = server_settings(args)
+    check_ports(settings)  # before the log says where it listens
     log = logging.getLogger("mlx_speech.server")
     if sys.platform == "linux":  # where MLX's CPU work may lack a fast BLAS
         log.info("BLAS: %s", blas_name())

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> None:
         _write_captions(args.captions, stream.captions)
         print(f"wrote {args.captions}: {len(stream.captions)} captions")
     blas = f", BLAS: {blas_name()}" if tts.device == "cpu" else ""
-    print(f"backend: {tts.backend} on {tts.device}{blas}")
+    print(f"backend: {tts.backend} ({tts.backend_reason}) on {tts.device}{blas}")
     if getattr(stream, "ignored", ()):
         print(f"ignored (this model does not use them): {', '.join(stream.ignored)}")
 

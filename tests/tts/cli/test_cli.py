@@ -6,10 +6,14 @@ import contextlib
 import json
 import os
 import pty
+import queue
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import httpx
 import mlx.core as mx
@@ -233,6 +237,37 @@ def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
     assert "Traceback" not in output and "Exception in ASGI application" not in output
 
 
+def test_ctrl_c_says_what_it_waits_for_and_a_second_stops_at_once(speaking_dir):
+    server, url = start_serving(speaking_dir, "--shutdown-timeout", "600")
+    said = queue.Queue()
+    threading.Thread(
+        target=lambda: [said.put(line) for line in server.stdout], daemon=True
+    ).start()
+    try:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/audio/speech",
+            timeout=30,
+            json={"input": "Hello.", "max_new_tokens": 4000},
+        ) as response:
+            assert response.status_code == 200
+            next(response.iter_raw())
+            server.send_signal(signal.SIGINT)
+            line = ""
+            while "stopping" not in line:
+                line = said.get(timeout=30)
+            assert line.rstrip().endswith(
+                "stopping: what is being spoken (1 request(s), 0 WebSocket session(s)) "
+                "may finish for up to 600 s (--shutdown-timeout); press Ctrl-C again "
+                "to stop now"
+            )
+            server.send_signal(signal.SIGINT)
+            assert server.wait(timeout=30) == 0  # not the 600 s grace
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
 def test_on_sigterm_running_streams_finish_or_end_cleanly(speaking_dir):
     """A short stream finishes whole within the grace; a long one ends with
     an SSE error event at the deadline; new requests are refused; exit 0."""
@@ -363,6 +398,11 @@ def test_offline_without_a_model_names_the_flag_to_use(tmp_path, command, how):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("mlx-speech: error: ") and "could not fetch" in last
     assert f"Without the network, {how}, a directory that holds the checkpoint" in last
+    # the command it names is the installed huggingface_hub's
+    named = last.split("'")[-2].split()
+    assert named[:2] == ["hf", "download"], last
+    hf = Path(sys.executable).with_name("hf")
+    assert subprocess.run([hf, *named[1:2], "--help"], capture_output=True).returncode == 0
 
 
 def _first_use_notices(tmp_path, command: list[str], compiled_before: bool) -> str:
@@ -392,3 +432,34 @@ def test_the_first_mlx_compile_on_a_machine_is_announced(tmp_path, command):
     notice = "first use of MLX on this machine: it compiles its CPU kernels"
     assert notice in _first_use_notices(tmp_path, command, compiled_before=False)
     assert notice not in _first_use_notices(tmp_path, command, compiled_before=True)
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [([], "--port"), (["--wyoming-port", "BUSY"], "--wyoming-port")],
+    ids=["http", "wyoming"],
+)
+def test_a_busy_port_is_one_line_naming_it_and_its_flag(
+    speaking_dir, tmp_path, flags, flag
+):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            http_port = busy if flag == "--port" else free.getsockname()[1]
+        command = [MLX_SPEECH, "serve", "--model", str(speaking_dir), "--port"]
+        command += [str(http_port), *(str(busy) if f == "BUSY" else f for f in flags)]
+        result = subprocess.run(
+            [*command, "--voices-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "loading" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"mlx-speech: error: port {busy} on 127.0.0.1 is in use (another server "
+        f"listens there): pass {flag} with another port"
+    )

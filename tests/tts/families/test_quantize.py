@@ -131,6 +131,8 @@ def test_the_cli_speaks_quantized_and_refuses_other_bits(quantizable_dir, tmp_pa
     arguments += ["--max-new-tokens", "4", "--temperature", "0", "-o", str(out)]
     spoken = run(*arguments, "--quantize", "4")
     assert spoken.returncode == 0, spoken.stderr
+    assert "on a CPU: speech is slower, not faster" in spoken.stderr
+    assert "not faster" not in run(*arguments).stderr
     samples, rate = soundfile.read(out)
     assert rate == 48000 and len(samples) == 4 * 960
     refused = run(*arguments, "--quantize", "5")

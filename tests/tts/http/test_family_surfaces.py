@@ -86,6 +86,24 @@ def test_http_speaks_at_the_family_rate(servers, kind, stream):
         assert len(samples) == 12 * SAMPLES_PER_FRAME
 
 
+@pytest.mark.parametrize("kind", CHECKPOINTS)
+def test_every_family_takes_a_pace(servers, kind):
+    """``speed`` time-stretches any family's audio: 1/speed of its length."""
+    lengths = []
+    for speed in (1.0, 2.0):
+        response = _speech(
+            servers[kind],
+            seed=3,
+            max_new_tokens=12,
+            speed=speed,
+            response_format="pcm",
+            **_voice_fields(kind),
+        )
+        assert response.status_code == 200, response.text
+        lengths.append(len(response.content) // 2)
+    assert lengths[1] == round(lengths[0] / 2.0) and lengths[0] > 0
+
+
 def test_streamed_and_buffered_bodies_carry_the_same_audio(servers):
     bodies = [
         _speech(

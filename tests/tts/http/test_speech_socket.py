@@ -547,3 +547,23 @@ def test_each_sentence_says_where_it_lies_in_the_utterance(server):
         end = done["end_sample"]
     audio = b"".join(frame for frame in received if isinstance(frame, bytes))
     assert end == len(audio) // 2
+
+
+def test_a_long_sentence_sent_whole_needs_the_clients_max_size_raised(server):
+    """A sentence's file in one binary message: past 1 MiB (about 11 s of
+    48 kHz WAV) the websockets client refuses it by default (1009), as the
+    docs say, and takes it with max_size raised."""
+    config = {"response_format": "wav", "seed": 3, "max_new_tokens": 600}
+    with pytest.raises(ConnectionClosed) as refused:
+        with connect(socket_url(server)) as ws:
+            send(ws, "session.config", sample_rate=48000, **config)
+            send(ws, "input.text", text="A long sentence.")
+            send(ws, "input.done")
+            receive_until(ws, "session.done")
+    assert refused.value.sent.code == 1009  # the client closes: message too big
+    with connect(socket_url(server), max_size=None) as ws:
+        send(ws, "session.config", sample_rate=48000, **config)
+        send(ws, "input.text", text="A long sentence.")
+        send(ws, "input.done")
+        [audio] = [f for f in receive_until(ws, "session.done") if isinstance(f, bytes)]
+    assert len(audio) > 2**20
