@@ -209,17 +209,25 @@ def test_help_lists_every_flag(command):
         assert flag in result.stdout
 
 
+@contextlib.contextmanager
+def _speaking(url: str):
+    """A long stream under way (its first audio read) for the block's life."""
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/audio/speech",
+        timeout=30,
+        json={"input": "Hello.", "max_new_tokens": 4000},
+    ) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())
+        yield
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_logs_its_url_and_exits_zero_on_signal(speaking_dir, sig):
     server, url = start_serving(speaking_dir, "--shutdown-timeout", "2")
     try:
-        with httpx.stream(
-            "POST",
-            f"{url}/v1/audio/speech",
-            timeout=30,
-            json={"input": "Hello.", "max_new_tokens": 4000},
-        ) as response:
-            next(response.iter_raw())
+        with _speaking(url):
             server.send_signal(sig)
             started = time.monotonic()
             assert server.wait(timeout=30) == 0
@@ -244,14 +252,7 @@ def test_ctrl_c_says_what_it_waits_for_and_a_second_stops_at_once(speaking_dir):
         target=lambda: [said.put(line) for line in server.stdout], daemon=True
     ).start()
     try:
-        with httpx.stream(
-            "POST",
-            f"{url}/v1/audio/speech",
-            timeout=30,
-            json={"input": "Hello.", "max_new_tokens": 4000},
-        ) as response:
-            assert response.status_code == 200
-            next(response.iter_raw())
+        with _speaking(url):
             server.send_signal(signal.SIGINT)
             line = ""
             while "stopping" not in line:
