@@ -175,8 +175,10 @@ def active_blas() -> str:
 
 
 def loaded_openblas() -> str | None:
-    """The path of the OpenBLAS library this process has loaded, if any (Linux)."""
-    return _loaded_library("/libopenblas")
+    """The path of the OpenBLAS library this process has loaded, if any
+    (Linux); not numpy's own, whose 64-bit-index symbols MLX does not call
+    (``libopenblas64_p`` in numpy 1, ``libscipy_openblas64_`` in 2)."""
+    return _loaded_library("/libopenblas", unless="64_")
 
 
 def mlx_blas() -> str | None:
@@ -185,13 +187,17 @@ def mlx_blas() -> str | None:
     return loaded_openblas() or _loaded_library("/libblas")
 
 
-def _loaded_library(name: str) -> str | None:
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
-    for line in maps.splitlines():
+def _loaded_library(name: str, unless: str | None = None) -> str | None:
+    for line in _maps().splitlines():
         path = line.split(maxsplit=5)[-1]
-        if name in path:
+        if name in path and (unless is None or unless not in Path(path).name):
             return path
     return None
+
+
+def _maps() -> str:
+    """The files this process has mapped, one a line (Linux's /proc)."""
+    try:
+        return Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""

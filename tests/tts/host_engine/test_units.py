@@ -196,3 +196,15 @@ def test_new_sampler_values_and_mixed_batches_reuse_the_compiled_draw(monkeypatc
     for _ in range(3):  # two requests' samplers in each step, one row each
         step(HeadSampler(0.8, 5, 0.9), HeadSampler(1.1, 7, 0.6))
     assert len(traces) == 3  # one row with top-k 5, one with 7: traced once each
+
+
+def test_numpys_own_openblas_is_not_taken_for_the_systems(monkeypatch):
+    """numpy's bundled OpenBLAS (64-bit indices, suffixed symbols) is not
+    what MLX calls: mapped alone, no OpenBLAS is loaded for MLX."""
+    line = "7f0000000000-7f0000001000 r-xp 00000000 08:01 1234 "
+    numpy_one = f"{line}/venv/numpy.libs/libopenblas64_p-r0-0cf96a72.3.23.dev.so\n"
+    system = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so"
+    monkeypatch.setattr(blas, "_maps", lambda: numpy_one)
+    assert blas.loaded_openblas() is None
+    monkeypatch.setattr(blas, "_maps", lambda: f"{numpy_one}{line}{system}\n")
+    assert blas.loaded_openblas() == system
