@@ -54,7 +54,6 @@ def serve_http(settings: ServerSettings, load: Loader, **uvicorn_options) -> Non
 
     from .http.app import uvicorn_config
 
-    check_ports(settings)
     app = create_app(settings, load)
     server = uvicorn.Server(
         uvicorn_config(app, settings, log_config=None, **uvicorn_options)
@@ -74,7 +73,6 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
     """The server's life (the model, the engine, the other listeners: Wyoming)
     without HTTP, until SIGINT or SIGTERM; then what is being spoken may
     finish for the grace, as ``serve_http`` lets it."""
-    check_ports(settings)
     state = server_state(settings, load)
     slot = state.slot
     grace = state.settings.shutdown_timeout
@@ -110,9 +108,10 @@ def serve_without_http(settings: ServerSettings, load: Loader) -> None:
 
 
 def check_ports(settings: ServerSettings) -> None:
-    """Each port the server will listen on can be had, before anything
-    starts: else a ``PortUnavailable`` naming it and the flag that sets it
-    (not, minutes later, a listener's traceback)."""
+    """Each port the server will listen on can be had: else a
+    ``PortUnavailable`` naming it and the flag that sets it. ``serve`` asks
+    before it loads anything or says where it listens (not, later, a
+    listener's traceback)."""
     ports = [
         (settings.wyoming_host or settings.host, settings.wyoming_port, "--wyoming-port")
     ]

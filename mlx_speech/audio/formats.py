@@ -76,10 +76,10 @@ def encode_whole(samples: np.ndarray, sample_rate: int, name: str) -> bytes:
     format's empty file (``empty_audio``)."""
     audio_format = FORMATS[name]
     channels = 1 if samples.ndim == 1 else samples.shape[1]
-    if not len(samples) and name in ("aac", "mp3"):  # their encoders write nothing
-        return completed_empty(name, b"", sample_rate, channels)
     if name == "aac":
-        return encode_aac(samples, sample_rate)
+        if len(samples):
+            return encode_aac(samples, sample_rate)
+        return completed_empty(name, b"", sample_rate, channels)  # it writes nothing
     if audio_format.soundfile is None:
         return to_pcm16(samples).tobytes()
     container, subtype = audio_format.soundfile
