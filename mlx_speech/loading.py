@@ -90,4 +90,5 @@ def load(
     tts = TTS(service, engine, store, aliases, normalize, normalizer, device)
     tts.lexicon = lexicon
     tts.backend_reason = why
+    tts.model = str(model_dir)
     return tts

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .audio.samples import Audio
 from .audio.time_stretch import StretchedStream, check_speed
+from .book.source import Book
+from .book.speaker import IN_FLIGHT, SentenceSpoken
+from .book.speech import SpokenBook, speak_book
 from .engine import ChunkStream, Engine
 from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
@@ -71,6 +75,7 @@ class TTS:
         # Words said otherwise, applied before normalization (``lexicon``).
         self.lexicon: Lexicon | None = None
         self.backend_reason = ""  # why ``backend`` runs, in a few words (``load``)
+        self.model = ""  # the checkpoint's folder (``load``)
 
     @property
     def family(self) -> str:
@@ -266,7 +271,21 @@ class TTS:
 
     def open(self, request: SpeechRequest) -> SpeechStream:
         """``stream`` for a ``SpeechRequest``."""
-        resolved = self.resolve(request)
+        return self._open_resolved(self.resolve(request))
+
+    def opener(self, request: SpeechRequest) -> Callable[[str], SpeechStream]:
+        """``open`` for many texts in ``request``'s voice and options, resolved
+        once (a clip decoded once); each text is checked as it opens."""
+        resolved = self._reusable(self.resolve(request))
+
+        def open_text(text: str) -> SpeechStream:
+            asked = replace(resolved.asked, text=text)
+            return self._open_resolved(replace(resolved, asked=asked))
+
+        return open_text
+
+    def _open_resolved(self, resolved: Resolved) -> SpeechStream:
+        request = resolved.asked
         script = script_of(request.text) if isinstance(request.text, str) else None
         if script is None:
             return self._opened(self._prepared_whole(resolved), resolved.speed)
@@ -358,6 +377,32 @@ class TTS:
         chunks = [chunk.samples for chunk in self.stream(text, voice, **options)]
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         return Audio(samples, self.sample_rate)
+
+    def book(
+        self,
+        source: str | Path | Book,
+        voice: Any = None,
+        *,
+        store: str | Path | None = None,
+        in_flight: int = IN_FLIGHT,
+        spoken: Callable[[SentenceSpoken], None] | None = None,
+        **options: Any,
+    ) -> SpokenBook:
+        """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
+        chapter by chapter, ``in_flight`` sentences at once; ``.write(path)``
+        makes an audiobook of it. ``store``: a folder that keeps each sentence
+        as it is spoken, so that a call stopped at any point resumes (default:
+        a temporary one); ``spoken`` is called as each sentence is kept, from
+        the thread that spoke it. Takes the keywords of ``stream``."""
+        request = SpeechRequest.of("", voice, **options)
+        return speak_book(
+            self,
+            source,
+            request,
+            store=store,
+            in_flight=in_flight,
+            spoken=spoken or (lambda _: None),
+        )
 
     def stream_text(
         self,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from .. import DEFAULT_MODEL
 from ..backends import BACKEND_VARIABLE, BACKENDS
 from ..families import QUANTIZE_BITS
+from ..request import SpeechRequest
 from ..settings import ServerSettings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -97,3 +99,80 @@ SAMPLING_FLAGS = [
     ("repetition_penalty", float, "(default: the model's)"),
     ("max_new_tokens", int, "audio frames per text segment (default: the model's)"),
 ]
+
+
+def speech_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model and how it speaks: the flags ``speak`` and ``book`` share."""
+    model_argument(parser)
+    quantize_argument(parser)
+    backend_argument(parser)
+    voice = parser.add_mutually_exclusive_group()
+    voice.add_argument(
+        "--voice",
+        default=None,
+        help="'default', a preset or saved voice name, or a reference audio file",
+    )
+    voice.add_argument(
+        "--ref-audio", default=None, metavar="FILE", help="reference clip to clone"
+    )
+    parser.add_argument(
+        "--ref-text",
+        default=None,
+        help="transcript of the reference clip, for models that use it",
+    )
+    parser.add_argument(
+        "--instructions", default=None, help="voice description or speaking style"
+    )
+    parser.add_argument("--language", default=None, help="language (default: auto)")
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="pace, 0.25 to 4.0; pitch is kept (default: 1.0)",
+    )
+    parser.add_argument(
+        "--channels",
+        type=int,
+        default=None,
+        choices=[1, 2],
+        help="2: a stereo model's own channels (MOSS-TTS-Nano) instead of a mono mix "
+        "(default: 1)",
+    )
+    no_normalize_argument(parser, "give the model the text as written")
+    lexicon_argument(parser)
+
+
+def sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sampling flags, and where saved voices are."""
+    for name, kind, text in SAMPLING_FLAGS:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=kind, default=None, help=text)
+    parser.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+
+
+def speech_request(args: argparse.Namespace, text: str) -> SpeechRequest:
+    """What the flags of ``speech_arguments`` and ``sampling_arguments`` ask."""
+    return SpeechRequest(
+        text,
+        Path(args.ref_audio) if args.ref_audio else args.voice,
+        ref_text=args.ref_text,
+        instructions=args.instructions,
+        language=args.language,
+        speed=args.speed,
+        normalize=args.normalize,
+        channels=args.channels,
+        sampling={name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
+    )
+
+
+def loaded_model(args: argparse.Namespace):
+    """The model the flags of ``speech_arguments`` name, loaded."""
+    import mlx_speech
+
+    return mlx_speech.load(
+        args.model or DEFAULT_MODEL,
+        voices_dir=args.voices_dir,
+        quantize=args.quantize,
+        backend=args.backend,
+        lexicon=args.lexicon,
+    )

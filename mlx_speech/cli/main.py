@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ..errors import ModelNotFetched
-from . import normalize, serve, speak, voices
+from . import book, normalize, serve, speak, voices
 from .arguments import Parser
 
 
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(commands)
     speak.add_parser(commands)
+    book.add_parser(commands)
     voices.add_parser(commands)
     normalize.add_parser(commands)
     return parser
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {
             "serve": serve.run,
             "speak": speak.run,
+            "book": book.run,
             "voices": voices.run,
             "normalize": normalize.run,
         }

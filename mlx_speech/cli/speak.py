@@ -12,20 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import DEFAULT_MODEL
 from ..audio.formats import FORMATS, format_for_path
 from ..backends import FIRST_COMPILE_NOTICE, blas_name, mlx_compiled_here_before
-from ..request import SpeechRequest
 from ..text.segments import SPLITS
-from .arguments import (
-    SAMPLING_FLAGS,
-    VOICES_DIR_HELP,
-    backend_argument,
-    lexicon_argument,
-    model_argument,
-    no_normalize_argument,
-    quantize_argument,
-)
+from .arguments import loaded_model, sampling_arguments, speech_arguments, speech_request
 
 
 def add_parser(commands) -> None:
@@ -41,43 +31,7 @@ def add_parser(commands) -> None:
         help="text to speak; '-' reads standard input as it arrives, speaking each "
         "sentence once it is complete",
     )
-    model_argument(speak)
-    quantize_argument(speak)
-    backend_argument(speak)
-    voice = speak.add_mutually_exclusive_group()
-    voice.add_argument(
-        "--voice",
-        default=None,
-        help="'default', a preset or saved voice name, or a reference audio file",
-    )
-    voice.add_argument(
-        "--ref-audio", default=None, metavar="FILE", help="reference clip to clone"
-    )
-    speak.add_argument(
-        "--ref-text",
-        default=None,
-        help="transcript of the reference clip, for models that use it",
-    )
-    speak.add_argument(
-        "--instructions", default=None, help="voice description or speaking style"
-    )
-    speak.add_argument("--language", default=None, help="language (default: auto)")
-    speak.add_argument(
-        "--speed",
-        type=float,
-        default=None,
-        help="pace, 0.25 to 4.0; pitch is kept (default: 1.0)",
-    )
-    speak.add_argument(
-        "--channels",
-        type=int,
-        default=None,
-        choices=[1, 2],
-        help="2: a stereo model's own channels (MOSS-TTS-Nano) instead of a mono mix "
-        "(default: 1)",
-    )
-    no_normalize_argument(speak, "give the model the text as written")
-    lexicon_argument(speak)
+    speech_arguments(speak)
     speak.add_argument(
         "-o",
         "--output",
@@ -108,10 +62,7 @@ def add_parser(commands) -> None:
         "audio to FILE, WebVTT (.vtt) or SubRip (.srt); the text is then spoken "
         "segment by segment, as with '-'",
     )
-    for name, kind, text in SAMPLING_FLAGS:
-        flag = "--" + name.replace("_", "-")
-        speak.add_argument(flag, type=kind, default=None, help=text)
-    speak.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+    sampling_arguments(speak)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -122,13 +73,7 @@ def run(args: argparse.Namespace) -> None:
     if sys.stderr.isatty() and not mlx_compiled_here_before():
         print(f"note: {FIRST_COMPILE_NOTICE}", file=sys.stderr, flush=True)
     loading = time.perf_counter()
-    tts = mlx_speech.load(
-        args.model or DEFAULT_MODEL,
-        voices_dir=args.voices_dir,
-        quantize=args.quantize,
-        backend=args.backend,
-        lexicon=args.lexicon,
-    )
+    tts = loaded_model(args)
     started = time.perf_counter()
     stream = _speech_stream(tts, args)
     chunks, first_audio = _generated(stream, args, tts.sample_rate, started)
@@ -175,17 +120,7 @@ class _StandardInput:
 
 def _speech_stream(tts, args: argparse.Namespace):
     """The chunks ``speak`` writes: of TEXT, or of standard input as it arrives."""
-    request = SpeechRequest(
-        "" if args.text == "-" else args.text,
-        Path(args.ref_audio) if args.ref_audio else args.voice,
-        ref_text=args.ref_text,
-        instructions=args.instructions,
-        language=args.language,
-        speed=args.speed,
-        normalize=args.normalize,
-        channels=args.channels,
-        sampling={name: getattr(args, name) for name, _, _ in SAMPLING_FLAGS},
-    )
+    request = speech_request(args, "" if args.text == "-" else args.text)
     if args.text == "-":
         args.stdin = _StandardInput()
         return tts.open_text(args.stdin, request, split=args.split)

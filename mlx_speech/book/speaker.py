@@ -1,0 +1,134 @@
+"""Speaking a book's missing sentences, many in flight at once.
+
+Each sentence in flight has a thread of its own that reads its stream to
+the end, so the engine always has that many jobs to step together (a job
+whose reader waits is parked). Sentences start in the book's order; each
+is kept in the store as it ends, so their order at the output comes from
+the plan, not from when they finished. The first failure stops the rest:
+what was kept stays kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .plan import Sentence
+from .store import SpokenStore
+
+IN_FLIGHT = 8  # the engine's batch: more would only wait
+
+
+@dataclass(frozen=True)
+class SentenceSpoken:
+    """What a progress report is told as each sentence is kept."""
+
+    sentence: Sentence
+    samples: int  # its audio's length
+
+
+class _Run:
+    """The threads of one call of ``speak_missing``, and what stops them."""
+
+    def __init__(self, waiting: Sequence[Sentence]):
+        self.waiting = list(reversed(waiting))  # popped from the end: in order
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+        self.streams: set = set()
+
+    def next_sentence(self) -> Sentence | None:
+        with self.lock:
+            if self.stopped.is_set() or not self.waiting:
+                return None
+            return self.waiting.pop()
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            streams = list(self.streams)
+        for stream in streams:
+            stream.close()  # its reader's loop then ends
+
+
+def speak_missing(
+    open_stream: Callable[[str], Iterable],
+    sentences: Sequence[Sentence],
+    store: SpokenStore,
+    rate: int,
+    *,
+    in_flight: int = IN_FLIGHT,
+    spoken: Callable[[SentenceSpoken], None] = lambda _: None,
+) -> None:
+    """Speak each sentence the store lacks (``open_stream(text)`` gives its
+    chunks) and keep it; ``spoken`` is called as each is kept, from the
+    thread that spoke it. Raises the first failure once all threads end."""
+    seen: set[str] = set()
+    waiting = []
+    for sentence in sentences:
+        if sentence.key not in seen and not store.has(sentence.key):
+            waiting.append(sentence)
+        seen.add(sentence.key)  # a sentence said twice is spoken once
+    run = _Run(waiting)
+    threads = [
+        threading.Thread(
+            target=_speak_until_done,
+            args=(run, open_stream, store, rate, spoken),
+            name=f"book-sentence-{number}",
+            daemon=True,
+        )
+        for number in range(min(in_flight, len(waiting)))
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:  # Ctrl-C: what is in flight is dropped, the kept stays
+        run.stop()
+        raise
+    if run.error is not None:
+        raise run.error
+
+
+def _speak_until_done(run: _Run, open_stream, store, rate, spoken) -> None:
+    while (sentence := run.next_sentence()) is not None:
+        try:
+            samples = _spoken(run, open_stream, sentence.text)
+            if samples is None:
+                return  # stopped
+            store.save(sentence.key, samples, rate)
+            spoken(SentenceSpoken(sentence, len(samples)))
+        except BaseException as error:  # noqa: BLE001 - the caller raises it
+            if not run.stopped.is_set():  # else: its stream was closed to stop it
+                run.fail(error)
+            return
+
+
+def _spoken(run: _Run, open_stream, text: str) -> np.ndarray | None:
+    """The sentence's audio, or None if the run stopped first."""
+    stream = open_stream(text)
+    with run.lock:
+        run.streams.add(stream)
+    try:
+        chunks = []
+        for chunk in stream:
+            if run.stopped.is_set():
+                return None
+            chunks.append(chunk.samples)
+    finally:
+        with run.lock:
+            run.streams.discard(stream)
+        stream.close()
+    if run.stopped.is_set():
+        return None
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.float32)

@@ -1,0 +1,173 @@
+"""One book spoken with one request's voice and options, as every surface
+speaks it (the command, ``TTS.book``, the server's jobs): its plan checked
+before any work, its missing sentences spoken into a store, and the spoken
+book put together from the store."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..audio.chapters import ChapterMark, write_book_audio
+from ..audio.samples import Audio
+from ..request import SpeechRequest
+from ..text.captions import Caption
+from ..text.tags import TAG
+from .assembly import book_captions, book_chunks, chapter_marks, sentence_lengths
+from .plan import Sentence, book_sentences, speech_identity
+from .source import Book, read_book
+from .speaker import IN_FLIGHT, SentenceSpoken, speak_missing
+from .store import SpokenStore
+
+
+class BookSpeech:
+    def __init__(self, tts: Any, book: Book, request: SpeechRequest):
+        """Checks the request and every voice the book's tags name
+        (``ValueError``), so a bad one fails now, not hours in."""
+        identity = speech_identity(tts.model, tts.resolve(request), tts.lexicon)
+        self.book = book
+        self.sentences: list[Sentence] = book_sentences(book, identity)
+        self.rate = tts.sample_rate
+        self.channels = request.channels or 1
+        tts.check_request(replace(request, text=self.sentences[0].shown or "Checking."))
+        for name in _tagged_voices(self.sentences):
+            tts.resolve(replace(request, voice=name, voice_paths=False))
+        self._open = tts.opener(request)
+
+    def kept(self, store: SpokenStore) -> int:
+        """How many of the sentences the store has already."""
+        return sum(store.has(sentence.key) for sentence in self.sentences)
+
+    def speak(
+        self,
+        store: SpokenStore,
+        *,
+        in_flight: int = IN_FLIGHT,
+        spoken: Callable[[SentenceSpoken], None] = lambda _: None,
+    ) -> None:
+        """Speak what the store lacks (``speaker.speak_missing``)."""
+        speak_missing(
+            self._open, self.sentences, store, self.rate, in_flight=in_flight, spoken=spoken
+        )
+
+    def write(self, store: SpokenStore, path: Path, format: str | None = None) -> None:
+        """The whole book into ``path``, with its chapters and metadata."""
+        lengths = sentence_lengths(store, self.sentences)
+        write_book_audio(
+            path,
+            book_chunks(store, self.sentences),
+            self.rate,
+            self.channels,
+            chapter_marks(self.book, self.sentences, lengths),
+            title=self.book.title,
+            author=self.book.author,
+            format=format,
+        )
+
+    def captions(self, store: SpokenStore) -> list[Caption]:
+        lengths = sentence_lengths(store, self.sentences)
+        return book_captions(self.sentences, lengths, self.rate)
+
+    def chapter_sentences(self) -> list[tuple[int, list[Sentence]]]:
+        """Each chapter that says something, with its sentences."""
+        chapters: dict[int, list[Sentence]] = {}
+        for sentence in self.sentences:
+            chapters.setdefault(sentence.chapter, []).append(sentence)
+        return list(chapters.items())
+
+
+def _tagged_voices(sentences: Sequence[Sentence]) -> set[str]:
+    names = set()
+    for sentence in sentences:
+        names.update(m.group("voice") for m in TAG.finditer(sentence.text))
+    return names - {None}
+
+
+@dataclass(frozen=True)
+class SpokenChapter:
+    title: str
+    audio: Audio
+    captions: list[Caption]  # counted from the chapter's own start
+
+
+@dataclass(frozen=True)
+class SpokenBook:
+    """What ``TTS.book`` returns: the chapters' audio and captions."""
+
+    title: str | None
+    author: str | None
+    chapters: list[SpokenChapter] = field(default_factory=list)
+
+    @property
+    def captions(self) -> list[Caption]:
+        """The whole book's, continuous across chapters."""
+        captions, offset = [], 0
+        for chapter in self.chapters:
+            captions += [
+                replace(
+                    c, index=len(captions) + n, start=c.start + offset, end=c.end + offset
+                )
+                for n, c in enumerate(chapter.captions)
+            ]
+            offset += len(chapter.audio.samples)
+        return captions
+
+    def write(self, path: str | Path, format: str | None = None) -> Path:
+        """The whole book into one file (``.m4b``, ``.mp3``, ``.opus``,
+        ``.flac`` or ``.wav``), with its chapters where the format holds them."""
+        marks, start = [], 0
+        for chapter in self.chapters:
+            end = start + len(chapter.audio.samples)
+            marks.append(ChapterMark(chapter.title, start, end))
+            start = end
+        first = self.chapters[0].audio
+        write_book_audio(
+            Path(path),
+            (chapter.audio.samples for chapter in self.chapters),
+            first.sample_rate,
+            first.channels,
+            marks,
+            title=self.title,
+            author=self.author,
+            format=format,
+        )
+        return Path(path)
+
+
+def speak_book(
+    tts: Any,
+    source: str | Path | Book,
+    request: SpeechRequest,
+    *,
+    store: str | Path | None = None,
+    in_flight: int = IN_FLIGHT,
+    spoken: Callable[[SentenceSpoken], None] = lambda _: None,
+) -> SpokenBook:
+    """``TTS.book``: the book read (a path) and spoken into ``store`` (a
+    temporary folder where None), then held in memory."""
+    book = source if isinstance(source, Book) else read_book(source)
+    speech = BookSpeech(tts, book, request)
+    with contextlib.ExitStack() as stack:
+        folder = store or stack.enter_context(tempfile.TemporaryDirectory())
+        kept = stack.enter_context(SpokenStore(Path(folder)))
+        speech.speak(kept, in_flight=in_flight, spoken=spoken)
+        return spoken_book(speech, kept)
+
+
+def spoken_book(speech: BookSpeech, store: SpokenStore) -> SpokenBook:
+    """The book in memory, chapter by chapter, from the store."""
+    chapters = []
+    for index, sentences in speech.chapter_sentences():
+        parts = [store.load(sentence.key) for sentence in sentences]
+        lengths = [len(part) for part in parts]
+        samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        captions = book_captions(sentences, lengths, speech.rate)
+        title = speech.book.chapters[index].title
+        chapters.append(SpokenChapter(title, Audio(samples, speech.rate), captions))
+    return SpokenBook(speech.book.title, speech.book.author, chapters)

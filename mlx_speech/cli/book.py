@@ -1,0 +1,209 @@
+"""``mlx-speech book``: a book (plain text, Markdown, EPUB) into one chaptered
+audio file, its sentences spoken many at a time and kept as they finish
+beside the output, so the same command run again after any stop finishes
+the book, speaking nothing twice. Every file it writes appears whole or
+not at all."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .arguments import loaded_model, sampling_arguments, speech_arguments, speech_request
+
+
+def add_parser(commands) -> None:
+    book = commands.add_parser(
+        "book",
+        help="speak a book (.txt, .md, .epub) into an audiobook",
+        description="Speak a book into one audio file with its chapters: an EPUB's "
+        "table of contents, a Markdown file's headings, or a plain text file as one "
+        "chapter. Run again after any stop, it resumes where it was.",
+    )
+    book.add_argument("file", metavar="FILE", help="the book: .txt, .md or .epub")
+    book.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="the audiobook: .m4b (AAC with chapters), .mp3, .opus, .flac or .wav "
+        "(default: FILE's name with .m4b, here)",
+    )
+    book.add_argument(
+        "--format", default=None, help="container (default: from the output suffix)"
+    )
+    book.add_argument(
+        "--chapters-dir",
+        default=None,
+        metavar="DIR",
+        help="also write each chapter as a file of its own in DIR",
+    )
+    book.add_argument(
+        "--captions",
+        default=None,
+        metavar="FILE",
+        help="also write the whole book's captions, one a sentence: WebVTT (.vtt) "
+        "or SubRip (.srt)",
+    )
+    speech_arguments(book)
+    sampling_arguments(book)
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..book.source import read_book
+    from ..book.speech import BookSpeech
+    from ..book.store import SpokenStore
+
+    output = _checked_output(args)
+    book = read_book(args.file)  # a bad book fails before the model loads
+    loading = time.perf_counter()
+    tts = loaded_model(args)
+    speech = BookSpeech(tts, book, speech_request(args, ""))
+    started = time.perf_counter()
+    print(f"model loaded in {started - loading:.1f} s", file=sys.stderr)
+    folder = _store_folder(output)
+    with SpokenStore(folder) as store:
+        spoken_now = _speak(speech, store)
+        _write_all(speech, store, output, args)
+        seconds = sum(c.end - c.start for c in speech.captions(store)) / speech.rate
+        took = time.perf_counter() - started
+        print(_summary(output, speech, seconds, spoken_now, took))
+        print(
+            f"kept {store.size() / 1e6:.0f} MB of spoken sentences in {folder}: run "
+            "again after an edit and only what changed is spoken; delete it when done"
+        )
+
+
+def _store_folder(output: Path) -> Path:
+    return output.with_name(output.name + ".spoken")
+
+
+def _speak(speech, store) -> int:
+    """Speak what the store lacks, with its progress; how many were spoken."""
+    from ..book.assembly import sentence_lengths
+    from .progress import BookProgress
+
+    done = [s for s in speech.sentences if store.has(s.key)]
+    total = len(speech.sentences)
+    if done:
+        print(
+            f"resuming: {len(done)} of {total} sentences were spoken before "
+            f"(kept in {store.folder})",
+            file=sys.stderr,
+        )
+    progress = BookProgress(
+        speech, {s.key for s in done}, sum(sentence_lengths(store, done)), sys.stderr
+    )
+    try:
+        speech.speak(store, spoken=progress)
+    except OSError as error:
+        raise _disk_error(error, f"keep a spoken sentence in {store.folder}") from None
+    finally:
+        progress.close()
+    return total - len(done)
+
+
+def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
+    """The book, its chapters and its captions, each whole or not at all."""
+    from ..text.captions import srt, webvtt
+
+    written = lambda path: speech.write(store, path, args.format)  # noqa: E731
+    _write_whole(output, written, store.folder)
+    if args.chapters_dir is not None:
+        _write_chapters(speech, store, Path(args.chapters_dir), output.suffix, args.format)
+    if args.captions is not None:
+        path = Path(args.captions)
+        write = webvtt if path.suffix.lower() == ".vtt" else srt
+        text = write(speech.captions(store))
+        _write_whole(path, lambda p: p.write_text(text, encoding="utf-8"), store.folder)
+
+
+def _write_chapters(speech, store, folder: Path, suffix: str, format_name) -> None:
+    from ..audio.chapters import ChapterMark, write_book_audio
+    from ..book.assembly import book_chunks, sentence_lengths
+
+    folder.mkdir(parents=True, exist_ok=True)
+    chapters = speech.chapter_sentences()
+    for number, (index, sentences) in enumerate(chapters, start=1):
+        title = speech.book.chapters[index].title
+        length = sum(sentence_lengths(store, sentences))
+        name = f"{number:0{len(str(len(chapters)))}d} {_file_name(title)}{suffix}"
+
+        def written(path, sentences=sentences, title=title, length=length):
+            write_book_audio(
+                path,
+                book_chunks(store, sentences),
+                speech.rate,
+                speech.channels,
+                [ChapterMark(title, 0, length)],
+                title=title,
+                author=speech.book.author,
+                format=format_name,
+            )
+
+        _write_whole(folder / name, written, store.folder)
+
+
+def _file_name(title: str) -> str:
+    """A chapter's title as a file name on any system."""
+    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title)
+    return " ".join(name.split())[:80].strip(" .") or "chapter"
+
+
+def _write_whole(path: Path, write: Callable[[Path], object], kept: Path) -> None:
+    """``write`` into a temporary name beside ``path``, renamed into place."""
+    partial = path.with_name(f".{path.name}.partial{path.suffix}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    except OSError as error:
+        raise _disk_error(error, f"write {path}", kept) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+
+
+def _disk_error(error: OSError, doing: str, kept: Path | None = None) -> RuntimeError:
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return RuntimeError(
+            f"cannot {doing}: {reason}; every sentence spoken so far is kept"
+            + (f" in {kept}" if kept else "")
+            + ": free some space and run the same command again to finish"
+        )
+    return RuntimeError(f"cannot {doing}: {reason}")
+
+
+def _checked_output(args: argparse.Namespace) -> Path:
+    """The audiobook's path, checked before any work (with the other files)."""
+    from ..audio.chapters import book_format
+
+    output = Path(args.output or Path(args.file).with_suffix(".m4b").name)
+    if output.is_dir():
+        raise RuntimeError(f"cannot write {output}: it is a directory; name a file in it")
+    book_format(output, args.format)
+    for path in (output, Path(args.captions or output)):
+        if not path.absolute().parent.is_dir():
+            raise RuntimeError(f"cannot write {path}: its directory does not exist")
+    if args.captions and Path(args.captions).suffix.lower() not in (".vtt", ".srt"):
+        raise RuntimeError(
+            f"cannot write captions to {args.captions}: name a .vtt or .srt file"
+        )
+    return output
+
+
+def _summary(output: Path, speech, seconds: float, spoken_now: int, took: float) -> str:
+    minutes = seconds / 60
+    chapters = len(speech.chapter_sentences())
+    pace = f"{seconds / took:.1f} times real time" if took > 0 else "at once"
+    return (
+        f"wrote {output}: {chapters} chapter(s), {minutes:.1f} min of audio; "
+        f"{spoken_now} of {len(speech.sentences)} sentences spoken now, in "
+        f"{took:.1f} s ({pace})"
+    )

@@ -1,0 +1,196 @@
+"""``mlx-speech book`` as a user runs it: an audiobook with its chapters,
+captions and chapter files; killed at any moment, finished by running it
+again; a full disk; and every bad book refused in one line, nothing
+written."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import time
+import zipfile
+
+import numpy as np
+import pytest
+import soundfile
+
+from mlx_speech.audio.pcm import to_pcm16
+from mlx_speech.book import store as store_module
+from mlx_speech.book.source import read_book
+from mlx_speech.book.speech import BookSpeech
+from mlx_speech.cli.main import main
+from mlx_speech.request import SpeechRequest
+from tests.tts.support.cli import MLX_SPEECH, run
+
+pytestmark = pytest.mark.slow  # the installed command, in subprocesses
+
+SHORT = ("--max-new-tokens", "3", "--seed", "5")
+RATE = 48000
+CHAPTERS = ("Arrival", "The Long Night", "Home")
+
+
+def _book(path, sentences_per_chapter: int = 3):
+    lines = ["---", "title: A Short Book", "author: A. Writer", "---", ""]
+    for number, title in enumerate(CHAPTERS, start=1):
+        lines += [f"# {title}", ""]
+        lines += [
+            f"Sentence {n} of part {number} is here."
+            for n in range(1, 1 + sentences_per_chapter)
+        ]
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _probe(path) -> dict:
+    found = subprocess.run(
+        ["ffprobe", "-v", "error", "-show_chapters", "-show_format", "-of", "json", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(found.stdout)
+
+
+def test_a_book_becomes_a_chaptered_m4b_with_captions(speaking_dir, tmp_path):
+    book = _book(tmp_path / "short.md")
+    out = tmp_path / "short.m4b"
+    done = run(
+        "book", str(book), "-o", str(out), "--model", str(speaking_dir),
+        "--captions", str(tmp_path / "short.vtt"),
+        "--chapters-dir", str(tmp_path / "chapters"), *SHORT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = _probe(out)
+    assert [c["tags"]["title"] for c in found["chapters"]] == list(CHAPTERS)
+    assert found["format"]["tags"]["title"] == "A Short Book"
+    assert found["format"]["tags"]["artist"] == "A. Writer"
+    duration = float(found["format"]["duration"])
+    cues = (tmp_path / "short.vtt").read_text().split("\n\n")[1:-1]
+    assert len(cues) == 3 * 4  # each heading, then three sentences
+    last_end = cues[-1].splitlines()[0].split(" --> ")[1]
+    minutes, seconds = last_end.split(":")[1:]
+    assert abs(int(minutes) * 60 + float(seconds) - duration) < 0.03  # AAC's frames
+    assert float(found["chapters"][-1]["end_time"]) == pytest.approx(duration, abs=0.03)
+    files = sorted(path.name for path in (tmp_path / "chapters").iterdir())
+    assert files == ["1 Arrival.m4b", "2 The Long Night.m4b", "3 Home.m4b"]
+    assert "wrote" in done.stdout and "3 chapter(s)" in done.stdout
+
+
+def _kept(folder) -> int:
+    return len(list(folder.glob("*.flac"))) if folder.is_dir() else 0
+
+
+def test_a_killed_book_finishes_when_run_again(speaking_dir, speaking_tts, tmp_path):
+    book = _book(tmp_path / "long.md", sentences_per_chapter=12)
+    out = tmp_path / "long.flac"
+    args = [MLX_SPEECH, "book", str(book), "-o", str(out), "--model", str(speaking_dir)]
+    args += ["--max-new-tokens", "6", "--seed", "5"]
+    started = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    kept = tmp_path / "long.flac.spoken"
+    deadline = time.monotonic() + 120
+    while _kept(kept) < 5:
+        assert started.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    started.send_signal(signal.SIGKILL)
+    started.wait()
+    before = {path: path.read_bytes() for path in kept.glob("*.flac")}
+    assert not out.exists() and 5 <= len(before) < 39  # three headings, 36 sentences
+    again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: {len(before)} of 39 sentences were spoken before" in again.stderr
+    assert f"{39 - len(before)} of 39 sentences spoken now" in again.stdout
+    assert all(path.read_bytes() == data for path, data in before.items())
+    # the book is its sentences as kept, in its order, the reused ones included
+    request = SpeechRequest.of("", max_new_tokens=6, seed=5)
+    speech = BookSpeech(speaking_tts, read_book(book), request)
+    assert {s.key for s in speech.sentences} == {p.stem for p in kept.glob("*.flac")}
+    joined = np.concatenate(
+        [
+            soundfile.read(kept / f"{s.key}.flac", dtype="float32")[0]
+            for s in speech.sentences
+        ]
+    )
+    written, _ = soundfile.read(out, dtype="int16")
+    np.testing.assert_array_equal(written, to_pcm16(joined))
+
+
+def test_a_full_disk_stops_the_book_and_keeps_what_was_spoken(
+    speaking_dir, tmp_path, monkeypatch, capsys
+):
+    book = _book(tmp_path / "book.md")
+    out = tmp_path / "book.wav"
+    args = ["book", str(book), "-o", str(out), "--model", str(speaking_dir), *SHORT]
+    real_write, saved = soundfile.write, []
+
+    def fills_up(file, *rest, **options):
+        if len(saved) == 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        saved.append(file)
+        real_write(file, *rest, **options)
+
+    monkeypatch.setattr(store_module.soundfile, "write", fills_up)
+    assert main(args) == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("mlx-speech: error: cannot keep a spoken sentence in")
+    assert "No space left on device" in error and "run the same command again" in error
+    kept = tmp_path / "book.wav.spoken"
+    assert _kept(kept) == 4 and not list(kept.glob("*.partial")) and not out.exists()
+    monkeypatch.setattr(store_module.soundfile, "write", real_write)
+    assert main(args) == 0
+    assert "resuming: 4 of 12" in capsys.readouterr().err
+    assert soundfile.info(out).frames > 0
+
+
+def _epub_without_container(path):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("mimetype", "application/epub+zip")
+    return path
+
+
+def _drm_epub(path):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("mimetype", "application/epub+zip")
+        archive.writestr("META-INF/container.xml", "<container/>")
+        archive.writestr("META-INF/rights.xml", "<rights/>")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "says"),
+    [
+        ("empty.md", lambda p: p.write_text("  \n\n"), "no text to speak"),
+        ("scan.txt", lambda p: p.write_bytes(b"%PDF-1.7\x00\x01\xff"), "not UTF-8 text"),
+        ("fake.epub", lambda p: p.write_text("just text"), "not a zip file"),
+        ("hollow.epub", _epub_without_container, "not an EPUB"),
+        ("locked.epub", _drm_epub, "DRM"),
+        ("notes.pdf", lambda p: p.write_bytes(b"%PDF"), ".txt, .md or .epub"),
+        ("huge.txt", lambda p: p.write_bytes(b"word " * (4 << 20)), "the limit is"),
+    ],
+)
+def test_a_bad_book_is_one_line_and_writes_nothing(tmp_path, name, make, says):
+    source = tmp_path / name
+    make(source)
+    done = run("book", str(source), "-o", str(tmp_path / "out.m4b"), "--model", "/none")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and says in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_book_without_headings_is_one_chapter(speaking_dir, tmp_path):
+    source = tmp_path / "letter.txt"
+    source.write_text("Dear friend,\nthis is one\nparagraph.\n\nAnd another one.\n")
+    out = tmp_path / "l.mp3"
+    done = run("book", str(source), "-o", str(out), "--model", str(speaking_dir), *SHORT)
+    assert done.returncode == 0, done.stderr
+    assert [c["tags"]["title"] for c in _probe(out)["chapters"]] == ["letter"]
+
+
+def test_the_output_name_is_checked_before_anything_loads(tmp_path):
+    source = _book(tmp_path / "b.md")
+    done = run("book", str(source), "-o", str(tmp_path / "b.aac"), "--model", "/none")
+    assert done.returncode == 1 and ".m4b, .mp3, .opus, .flac or .wav" in done.stderr
+    assert done.stderr.count("\n") == 1
