@@ -51,11 +51,13 @@ def book_sentences(book: Book, identity: str) -> list[Sentence]:
 
 def chapter_segments(text: str) -> Iterator[str]:
     """``text`` sentence by sentence, paragraph by paragraph; an SSML
-    document is one segment (its parts say how it is spoken)."""
-    if is_ssml(text):
-        yield text
-        return
-    for paragraph in text.split("\n\n"):
+    document, the chapter or a paragraph, is one segment (its parts say how
+    it is spoken)."""
+    paragraphs = [text] if is_ssml(text) else text.split("\n\n")
+    for paragraph in paragraphs:
+        if is_ssml(paragraph):
+            yield paragraph
+            continue
         segmenter = TextSegmenter("sentence")
         yield from segmenter.feed(paragraph)
         yield from segmenter.finish()

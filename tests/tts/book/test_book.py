@@ -141,3 +141,16 @@ def test_the_written_book_has_its_chapters(voiced_tts, book_file, tmp_path):
     found = json.loads(probe.stdout)
     assert [c["tags"]["title"] for c in found["chapters"]] == ["Morning", "Evening"]
     assert found["format"]["tags"]["title"] == "The Crossing"
+
+
+def test_an_ssml_paragraph_is_spoken_whole(voiced_tts, tmp_path):
+    ssml = '<speak>Hello Bob. <voice name="grandma">Hi Alice!</voice></speak>'
+    path = tmp_path / "play.txt"
+    path.write_text(f"A first line.\n\n{ssml}\n")
+    book = voiced_tts.book(path, **SHORT)
+    assert [c.text for c in book.captions] == ["A first line.", "Hello Bob. Hi Alice!"]
+    whole = voiced_tts.speak(ssml, **SHORT).samples
+    spoken = book.chapters[0].audio.samples[book.captions[1].start :]
+    np.testing.assert_allclose(spoken, whole, rtol=0, atol=KEPT)
+    alone = voiced_tts.speak("Hello Bob. Hi Alice!", **SHORT).samples
+    assert len(alone) != len(whole) or not np.allclose(alone, whole, atol=KEPT)
