@@ -136,7 +136,63 @@ def _decode_cost(decoder, frames) -> tuple:
     return cost, len(frames), None
 
 
-def _print_costs(rows) -> None:
+def _their_step_cost(theirs, frames: int = 8) -> tuple:
+    """What mlx-audio's greedy frame costs the host, its loop's setup left
+    out: ``frames`` more frames' cost over ``frames`` (the same prompt)."""
+    from graph_cost import GraphCost
+
+    prompt, _ = theirs.build_inference_input_ids(
+        text=TEXT, tokenizer=theirs.tokenizer, mode="continuation"
+    )
+
+    def cost_of(count: int) -> GraphCost:
+        with GraphCost() as cost:
+            theirs.generate_audio_token_ids(
+                prompt_input_ids=prompt, max_new_frames=count, do_sample=False
+            )
+        return cost
+
+    short, long = cost_of(frames), cost_of(2 * frames)
+    long.by_primitive.subtract(short.by_primitive)
+    long.syncs -= short.syncs
+    return long, frames, None
+
+
+def _their_decode_cost(theirs, frames) -> tuple:
+    """What mlx-audio's codec decode of ``frames`` costs (it decodes a
+    request's frames once, after the last)."""
+    import mlx.core as mx
+    from graph_cost import GraphCost
+
+    codes = mx.stack(list(frames)).reshape(1, len(frames), -1).astype(mx.int32)
+    theirs.decode_audio_token_ids(codes)  # its first use loads the tokenizer
+    with GraphCost() as cost:
+        mx.eval(theirs.decode_audio_token_ids(codes))
+    return cost, len(frames), None
+
+
+def _print_ratios(costs: dict) -> None:
+    """Ours over mlx-audio's, per piece: computing primitives and syncs a frame."""
+    pieces = {
+        "the greedy step": ("greedy step alone, through MLX", "mlx-audio's greedy step"),
+        "the codec decode (ours in 16-frame chunks)": (
+            "codec decode, 16-frame chunk, through MLX",
+            "mlx-audio's codec decode, 16 frames at once",
+        ),
+        "a first chunk of one frame": (
+            "codec decode, 1-frame chunk, through MLX",
+            "mlx-audio's codec decode, 1 frame",
+        ),
+    }
+    print("ours over mlx-audio's, per frame      computing        syncs")
+    for piece, (ours, theirs) in pieces.items():
+        (mine, mine_frames, _), (its, its_frames, _) = costs[ours], costs[theirs]
+        computing = (mine.computing / mine_frames) / (its.computing / its_frames)
+        syncs = f"{mine.syncs / mine_frames:.2f} / {its.syncs / its_frames:.2f}"
+        print(f"{piece:44} {computing:5.2f} {syncs:>14}")
+
+
+def _print_costs(rows) -> dict:
     print(
         f"{'per frame':44} {'primitives':>10} {'computing':>10} {'syncs':>6} "
         f"{'host builds (ms)':>16}"
@@ -147,6 +203,7 @@ def _print_costs(rows) -> None:
             f"{name:44} {cost.primitives / frames:10.0f} {cost.computing / frames:10.0f} "
             f"{cost.syncs / frames:6.2f} {build:>16}"
         )
+    return rows
 
 
 def _products_alone_ms(model, rows: int = 1) -> float:
@@ -290,7 +347,7 @@ def main() -> None:
     )
     for name, value in best.items():
         print(f"{name:44} {value:7.1f} ms  {value / theirs_ms:5.2f} of mlx-audio's frame")
-    _print_costs(
+    costs = _print_costs(
         {
             "greedy step alone, through MLX": _step_cost(model, mlx, greedy=True),
             "sampled step alone, through MLX": _step_cost(model, mlx, greedy=False),
@@ -302,8 +359,12 @@ def main() -> None:
             ),
             "codec decode, 16-frame chunk, through MLX": _decode_cost(mlx_decoder, made),
             "codec decode, 1-frame chunk, through MLX": _decode_cost(mlx_decoder, made[:1]),
+            "mlx-audio's greedy step": _their_step_cost(theirs),
+            "mlx-audio's codec decode, 16 frames at once": _their_decode_cost(theirs, made),
+            "mlx-audio's codec decode, 1 frame": _their_decode_cost(theirs, made[:1]),
         }
     )
+    _print_ratios(costs)
 
 
 if __name__ == "__main__":
