@@ -42,6 +42,7 @@ TWO_LANES = {
     "test_batch_endpoint",
     "test_chunk_release",
     "test_empty_answers",
+    "test_threads",
 }
 
 
