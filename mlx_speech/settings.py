@@ -36,6 +36,8 @@ class ServerSettings:
     shutdown_timeout: float = 30.0  # running requests may finish, then are ended
     retry_after_seconds: int = 2
     voices_dir: Path | None = None  # None: the per-user default
+    books_dir: Path | None = None  # None: the per-user default, beside the voices'
+    max_books: int = 16  # book jobs kept at once, finished ones included
     voice_aliases: tuple[tuple[str, str], ...] = ()  # (name clients send, voice)
     allowed_local_media_path: Path | None = None  # None: file:// refused
     normalize: bool = True  # a request's text normalization when it does not say

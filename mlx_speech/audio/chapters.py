@@ -45,6 +45,11 @@ _LAYOUTS = {1: "mono", 2: "stereo"}
 _SFC_RF64_AUTO_DOWNGRADE = 0x1210  # libsndfile's sf_command
 
 
+def book_media_type(name: str) -> str:
+    """A book format's media type (m4b is audio in MP4)."""
+    return "audio/mp4" if name == "m4b" else FORMATS[name].content_type
+
+
 def book_format(path: str | Path, name: str | None = None) -> str:
     """The book format to write: ``name``, else the path's suffix."""
     kind = (name or Path(path).suffix).lstrip(".").lower()

@@ -5,7 +5,9 @@ the end, so the engine always has that many jobs to step together (a job
 whose reader waits is parked). Sentences start in the book's order; each
 is kept in the store as it ends, so their order at the output comes from
 the plan, not from when they finished. The first failure stops the rest:
-what was kept stays kept.
+what was kept stays kept. Another thread stops a run by setting its
+``stop`` event (a server cancelling a job, or stopping): the streams in
+flight are closed and ``BookCancelled`` is raised.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from .plan import Sentence
 from .store import SpokenStore
 
 IN_FLIGHT = 8  # the engine's batch: more would only wait
+STOP_CHECK_SECONDS = 0.1  # how often a run looks at its ``stop`` event
+
+
+class BookCancelled(Exception):
+    """The run was stopped (its ``stop`` event set) before every sentence was
+    kept; what was kept stays kept."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,14 @@ def speak_missing(
     *,
     in_flight: int = IN_FLIGHT,
     spoken: Callable[[SentenceSpoken], None] = lambda _: None,
+    stop: threading.Event | None = None,
 ) -> None:
     """Speak each sentence the store lacks (``open_stream(text)`` gives its
     chunks) and keep it; ``spoken`` is called as each is kept, from the
-    thread that spoke it. Raises the first failure once all threads end."""
+    thread that spoke it. Raises the first failure once all threads end, or
+    ``BookCancelled`` once ``stop`` is set."""
+    if stop is not None and stop.is_set():
+        raise BookCancelled("the book was stopped")
     seen: set[str] = set()
     waiting = []
     for sentence in sentences:
@@ -91,13 +103,26 @@ def speak_missing(
     for thread in threads:
         thread.start()
     try:
-        for thread in threads:
-            thread.join()
+        cancelled = _join(threads, run, stop)
     except BaseException:  # Ctrl-C: what is in flight is dropped, the kept stays
         run.stop()
         raise
     if run.error is not None:
         raise run.error
+    if cancelled:
+        raise BookCancelled("the book was stopped")
+
+
+def _join(threads: list[threading.Thread], run: _Run, stop: threading.Event | None) -> bool:
+    """Waits for the threads to end; whether ``stop`` stopped the run first."""
+    cancelled = False
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(STOP_CHECK_SECONDS)
+            if stop is not None and stop.is_set() and not cancelled:
+                cancelled = True
+                run.stop()
+    return cancelled
 
 
 def _speak_until_done(run: _Run, open_stream, store, rate, spoken) -> None:

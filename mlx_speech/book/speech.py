@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from ..text.tags import TAG
 from .assembly import book_captions, book_chunks, chapter_marks, sentence_lengths
 from .plan import Sentence, book_sentences, speech_identity
 from .source import Book, read_book
-from .speaker import IN_FLIGHT, SentenceSpoken, speak_missing
+from .speaker import IN_FLIGHT, BookCancelled, SentenceSpoken, speak_missing
 from .store import SpokenStore
 
 
@@ -50,18 +51,34 @@ class BookSpeech:
         *,
         in_flight: int = IN_FLIGHT,
         spoken: Callable[[SentenceSpoken], None] = lambda _: None,
+        stop: threading.Event | None = None,
     ) -> None:
-        """Speak what the store lacks (``speaker.speak_missing``)."""
+        """Speak what the store lacks (``speaker.speak_missing``); setting
+        ``stop`` ends it with ``BookCancelled``."""
         speak_missing(
-            self._open, self.sentences, store, self.rate, in_flight=in_flight, spoken=spoken
+            self._open,
+            self.sentences,
+            store,
+            self.rate,
+            in_flight=in_flight,
+            spoken=spoken,
+            stop=stop,
         )
 
-    def write(self, store: SpokenStore, path: Path, format: str | None = None) -> None:
-        """The whole book into ``path``, with its chapters and metadata."""
+    def write(
+        self,
+        store: SpokenStore,
+        path: Path,
+        format: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """The whole book into ``path``, with its chapters and metadata;
+        setting ``stop`` ends it with ``BookCancelled`` (``path`` then holds
+        part of the book)."""
         lengths = sentence_lengths(store, self.sentences)
         write_book_audio(
             path,
-            book_chunks(store, self.sentences),
+            _until_stopped(book_chunks(store, self.sentences), stop),
             self.rate,
             self.channels,
             chapter_marks(self.book, self.sentences, lengths),
@@ -80,6 +97,15 @@ class BookSpeech:
         for sentence in self.sentences:
             chapters.setdefault(sentence.chapter, []).append(sentence)
         return list(chapters.items())
+
+
+def _until_stopped(
+    chunks: Iterable[np.ndarray], stop: threading.Event | None
+) -> Iterator[np.ndarray]:
+    for chunk in chunks:
+        if stop is not None and stop.is_set():
+            raise BookCancelled("the book was stopped")
+        yield chunk
 
 
 def _tagged_voices(sentences: Sequence[Sentence]) -> set[str]:

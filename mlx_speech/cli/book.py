@@ -7,10 +7,7 @@ not at all."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
-import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -127,13 +124,15 @@ def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
 def _write_chapters(speech, store, folder: Path, suffix: str, format_name) -> None:
     from ..audio.chapters import ChapterMark, write_book_audio
     from ..book.assembly import book_chunks, sentence_lengths
+    from ..book.files import file_name
 
     folder.mkdir(parents=True, exist_ok=True)
     chapters = speech.chapter_sentences()
     for number, (index, sentences) in enumerate(chapters, start=1):
         title = speech.book.chapters[index].title
         length = sum(sentence_lengths(store, sentences))
-        name = f"{number:0{len(str(len(chapters)))}d} {_file_name(title)}{suffix}"
+        number_shown = f"{number:0{len(str(len(chapters)))}d}"
+        name = f"{number_shown} {file_name(title, 'chapter')}{suffix}"
 
         def written(path, sentences=sentences, title=title, length=length):
             write_book_audio(
@@ -150,23 +149,14 @@ def _write_chapters(speech, store, folder: Path, suffix: str, format_name) -> No
         _write_whole(folder / name, written, store.folder)
 
 
-def _file_name(title: str) -> str:
-    """A chapter's title as a file name on any system."""
-    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title)
-    return " ".join(name.split())[:80].strip(" .") or "chapter"
-
-
 def _write_whole(path: Path, write: Callable[[Path], object], kept: Path) -> None:
-    """``write`` into a temporary name beside ``path``, renamed into place."""
-    partial = path.with_name(f".{path.name}.partial{path.suffix}")
+    """``write`` into ``path``, whole or not at all (``book.files``)."""
+    from ..book.files import write_whole
+
     try:
-        write(partial)
-        os.replace(partial, path)
+        write_whole(path, write)
     except OSError as error:
         raise _disk_error(error, f"write {path}", kept) from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
 
 
 def _disk_error(error: OSError, doing: str, kept: Path | None = None) -> RuntimeError:

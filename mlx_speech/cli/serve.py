@@ -94,6 +94,14 @@ def add_parser(commands) -> None:
         "warnings; debug adds uvicorn's own lines and one line per request",
     )
     serve.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
+    serve.add_argument(
+        "--books-dir",
+        default=None,
+        metavar="DIR",
+        help="directory of the book jobs (POST /v1/audio/books), kept across "
+        "restarts (default: ~/.local/share/mlx-speech/books, or "
+        "~/Library/Application Support/mlx-speech/books on macOS)",
+    )
     no_normalize_argument(
         serve,
         "give the model each request's text as written, unless the request "
@@ -156,6 +164,12 @@ def _limit_arguments(serve) -> None:
             "streams kept while their clients do not read; more wait to start",
         ),
         ("max_input_chars", int, "longest accepted input text, in characters"),
+        (
+            "max_books",
+            positive_int,
+            "book jobs kept at once, finished ones included; more are refused (429) "
+            "until some are deleted",
+        ),
         ("max_ref_bytes", int, "largest reference clip, in bytes"),
         (
             "stream_idle_timeout",
@@ -215,6 +229,8 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         keep_alive_timeout=args.keep_alive_timeout,
         shutdown_timeout=args.shutdown_timeout,
         voices_dir=Path(args.voices_dir) if args.voices_dir else None,
+        books_dir=Path(args.books_dir) if args.books_dir else None,
+        max_books=args.max_books,
         voice_aliases=tuple(parse_aliases(args.voice_alias).items()),
         allowed_local_media_path=(
             Path(args.allowed_local_media_path) if args.allowed_local_media_path else None

@@ -39,6 +39,15 @@ from .auth import ApiKeyGuard
 from .batch import Item, parse_items, run_item
 from .batch import answer as batch_answer
 from .bodies import read_json, read_voice_upload
+from .books import (
+    book_audio,
+    book_captions,
+    cancel_book,
+    create_book,
+    delete_book,
+    get_book,
+    list_books,
+)
 from .connections import guarded_protocol
 from .counted_responses import CountedResponses
 from .errors import ApiError
@@ -343,6 +352,13 @@ ROUTES = [
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
     Route("/v1/audio/voices", add_voice, methods=["POST"]),
     Route("/v1/audio/voices/{name}", remove_voice, methods=["DELETE"]),
+    Route("/v1/audio/books", create_book, methods=["POST"]),
+    Route("/v1/audio/books", list_books, methods=["GET"]),
+    Route("/v1/audio/books/{id}", get_book, methods=["GET"]),
+    Route("/v1/audio/books/{id}", delete_book, methods=["DELETE"]),
+    Route("/v1/audio/books/{id}/audio", book_audio, methods=["GET"]),
+    Route("/v1/audio/books/{id}/captions", book_captions, methods=["GET"]),
+    Route("/v1/audio/books/{id}/cancel", cancel_book, methods=["POST"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/v1/audio/models", audio_models, methods=["GET"]),
     Route("/health", health, methods=["GET"]),

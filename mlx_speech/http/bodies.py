@@ -1,5 +1,5 @@
-"""Reading request bodies within their size and time limits: JSON, and
-voice uploads.
+"""Reading request bodies within their size and time limits: JSON, voice
+uploads and book uploads.
 
 A body must arrive whole within ``timeout`` seconds of the request's
 headers; else the answer is 408 and the connection is closed (so a client
@@ -14,7 +14,7 @@ connection is closed.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +36,13 @@ class VoiceUpload:
     name: str
     clip: bytes
     ref_text: str | None
+
+
+@dataclass(frozen=True)
+class BookUpload:
+    name: str  # the file's name as sent
+    data: bytes
+    fields: dict[str, str]  # the form's other fields
 
 
 def _content_type(request: Request) -> str:
@@ -130,24 +137,93 @@ async def read_voice_upload(
     declared = _declared_length(request)
     if declared is not None and declared > max_clip_bytes + _MULTIPART_OVERHEAD:
         raise too_large
-    try:
-        async with _within(request, timeout), aclosing(request.stream()) as stream:
-            parser = _Utf8FieldsParser(
-                request.headers,
-                stream,
-                max_files=1,
-                max_fields=8,
-                max_part_size=max_clip_bytes,
-            )
-            form = await parser.parse()
-    except _NotUtf8 as error:
-        raise ApiError(400, error.message, param=error.field[:64]) from None
-    except MultiPartException as error:
-        raise ApiError(400, f"bad multipart body: {error.message}") from None
+    async with _within(request, timeout), aclosing(request.stream()) as stream:
+        form = await _form(request, stream, max_fields=8, max_part_size=max_clip_bytes)
     try:
         return await _voice_upload(form, max_clip_bytes, too_large)
     finally:
         await form.close()
+
+
+async def read_book_body(
+    request: Request, max_book_bytes: int, timeout: float, too_large: ApiError
+) -> Any | BookUpload:
+    """A book job's body: JSON (the book's text a field of it), or a
+    multipart form with the book as a file; ``too_large`` once the book
+    passes ``max_book_bytes`` (as a file) or the body its bound."""
+    kind = _content_type(request)
+    if kind == "multipart/form-data":
+        return await _read_book_upload(request, max_book_bytes, timeout, too_large)
+    if kind == "application/json":
+        # A JSON string may spell a byte of UTF-8 in up to three (é is \u00e9).
+        limit = 3 * max_book_bytes + _MULTIPART_OVERHEAD
+        return await read_json(request, limit, timeout)
+    raise ApiError(
+        415,
+        "send a book as JSON with its text (Content-Type: application/json), or as "
+        "a file in multipart/form-data",
+    )
+
+
+async def _read_book_upload(
+    request: Request, max_file_bytes: int, timeout: float, too_large: ApiError
+) -> BookUpload:
+    """``multipart/form-data`` with ``file`` (a file, its name sent) and
+    text fields."""
+    declared = _declared_length(request)
+    limit = max_file_bytes + _MULTIPART_OVERHEAD
+    if declared is not None and declared > limit:
+        raise too_large
+    bounded = _bounded(request.stream(), limit, too_large)
+    async with _within(request, timeout), aclosing(bounded) as stream:
+        form = await _form(
+            request, stream, max_fields=32, max_part_size=_MULTIPART_OVERHEAD
+        )
+    try:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile) or not upload.filename:
+            raise ApiError(
+                400, "file (a book file, with its name) is required", param="file"
+            )
+        data = await upload.read(max_file_bytes + 1)
+        if len(data) > max_file_bytes:
+            raise too_large
+        fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}
+        return BookUpload(upload.filename, data, fields)
+    finally:
+        await form.close()
+
+
+async def _form(
+    request: Request, stream: AsyncIterator[bytes], *, max_fields: int, max_part_size: int
+) -> FormData:
+    """The multipart body parsed: one file at most, text fields in UTF-8."""
+    try:
+        parser = _Utf8FieldsParser(
+            request.headers,
+            stream,
+            max_files=1,
+            max_fields=max_fields,
+            max_part_size=max_part_size,
+        )
+        return await parser.parse()
+    except _NotUtf8 as error:
+        raise ApiError(400, error.message, param=error.field[:64]) from None
+    except MultiPartException as error:
+        raise ApiError(400, f"bad multipart body: {error.message}") from None
+
+
+async def _bounded(
+    stream: AsyncIterable[bytes], limit: int, too_large: ApiError
+) -> AsyncIterator[bytes]:
+    """``stream``, refused once more than ``limit`` bytes came (a body sent
+    without its length, or with a false one)."""
+    received = 0
+    async for part in stream:
+        received += len(part)
+        if received > limit:
+            raise too_large
+        yield part
 
 
 async def _voice_upload(

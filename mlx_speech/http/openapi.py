@@ -7,13 +7,16 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any
 
+from ..audio.chapters import BOOK_FORMATS, book_media_type
 from ..audio.formats import FORMATS, RESPONSE_FORMATS
 from ..audio.time_stretch import MAX_SPEED, MIN_SPEED
+from ..book.source import MAX_BOOK_BYTES, SUFFIXES
 from ..families.options import SEED_LIMIT
 from ..settings import ServerSettings
 from ..text.segments import SPLITS
 from ..voices.clip_rules import MAX_REF_TEXT_CHARS
 from .batch import MAX_ITEMS
+from .book_request import DEFAULT_BOOK_FORMAT, DEFAULT_INPUT_FORMAT, INPUT_FORMATS
 from .errors import ERROR_TYPES
 from .page import ASSETS
 from .speech_request import (
@@ -363,6 +366,164 @@ def _voices_routes() -> dict[str, Any]:
     }
 
 
+# The speech fields a book job takes beside its own (a clip is refused: a
+# book is spoken in a voice named)
+BOOK_SPEECH_FIELDS = (
+    "ref_text",
+    "instructions",
+    "language",
+    "speed",
+    "normalize",
+    "normalization_options",
+    "channels",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "max_new_tokens",
+    "seed",
+)
+
+
+def _book_fields(settings: ServerSettings) -> dict[str, Any]:
+    """A new book job's fields but the book itself."""
+    speech = _speech_fields(settings)
+    return {
+        "title": {"type": "string", "description": "instead of the book's own"},
+        "voice": {
+            "oneOf": [
+                {"type": "string", "description": "default, a preset or a saved voice"},
+                {"type": "object", "properties": {"id": _STRING}, "required": ["id"]},
+            ],
+            "default": "default",
+        },
+        "response_format": {"enum": list(BOOK_FORMATS), "default": DEFAULT_BOOK_FORMAT},
+        **{name: speech[name] for name in BOOK_SPEECH_FIELDS},
+    }
+
+
+def _book_body(settings: ServerSettings) -> dict[str, Any]:
+    text = {
+        "input": {
+            "type": "string",
+            "minLength": 1,
+            "description": f"the book's text, at most {MAX_BOOK_BYTES} bytes in UTF-8 "
+            "(--max-input-chars does not apply)",
+        },
+        "input_format": {
+            "enum": list(INPUT_FORMATS),
+            "default": DEFAULT_INPUT_FORMAT,
+            "description": "markdown: a chapter at each heading of the highest level",
+        },
+    }
+    upload = {
+        "file": {
+            "type": "string",
+            "format": "binary",
+            "description": f"the book, at most {MAX_BOOK_BYTES} bytes; its name's "
+            f"suffix says its kind ({', '.join(SUFFIXES)})",
+        }
+    }
+    fields = _book_fields(settings)
+    json_body = {"type": "object", "properties": text | fields, "required": ["input"]}
+    form = {"type": "object", "properties": upload | fields, "required": ["file"]}
+    return {
+        "required": True,
+        "content": {
+            "application/json": {"schema": json_body},
+            "multipart/form-data": {"schema": form},
+        },
+    }
+
+
+def _books_routes(settings: ServerSettings) -> dict[str, Any]:
+    job = {
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/BookJob"}}
+        }
+    }
+    listing = {
+        "type": "object",
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": {"$ref": "#/components/schemas/BookJob"}},
+        },
+    }
+    deleted = {
+        "type": "object",
+        "properties": {
+            "id": _STRING,
+            "object": {"const": "audio.book.deleted"},
+            "deleted": {"type": "boolean"},
+        },
+    }
+    job_id = [{"name": "id", "in": "path", "required": True, "schema": _STRING}]
+    audio = {book_media_type(name): {} for name in BOOK_FORMATS}
+    return {
+        "/v1/audio/books": {
+            "post": {
+                "summary": "Make a book job: a long text or a book file spoken in the "
+                "background into one chaptered audiobook",
+                "requestBody": _book_body(settings),
+                "responses": {
+                    "202": {
+                        "description": "queued; Location is the job's URL",
+                        **job,
+                    },
+                    **_errors(400, 401, 403, 404, 408, 413, 415, 429, 500, 503, 507),
+                },
+            },
+            "get": {
+                "summary": "Every book job, the newest first",
+                "responses": {
+                    "200": {"content": {"application/json": {"schema": listing}}},
+                    **_errors(401, 503),
+                },
+            },
+        },
+        "/v1/audio/books/{id}": {
+            "get": {
+                "summary": "A book job: where it stands",
+                "parameters": job_id,
+                "responses": {"200": job, **_errors(401, 404, 503)},
+            },
+            "delete": {
+                "summary": "Delete a book job and its files (cancelled first if it runs)",
+                "parameters": job_id,
+                "responses": {
+                    "200": {"content": {"application/json": {"schema": deleted}}},
+                    **_errors(401, 403, 404, 503),
+                },
+            },
+        },
+        "/v1/audio/books/{id}/cancel": {
+            "post": {
+                "summary": "Cancel a queued or running book job (a finished one is "
+                "left as it is)",
+                "parameters": job_id,
+                "responses": {"200": job, **_errors(401, 403, 404, 503)},
+            }
+        },
+        "/v1/audio/books/{id}/audio": {
+            "get": {
+                "summary": "A done job's audiobook, as a download",
+                "parameters": job_id,
+                "responses": {"200": {"content": audio}, **_errors(401, 404, 409, 503)},
+            }
+        },
+        "/v1/audio/books/{id}/captions": {
+            "get": {
+                "summary": "A done job's captions (WebVTT), one cue a sentence",
+                "parameters": job_id,
+                "responses": {
+                    "200": {"content": {"text/vtt": {}}},
+                    **_errors(401, 404, 409, 503),
+                },
+            }
+        },
+    }
+
+
 def _other_routes() -> dict[str, Any]:
     def get(summary: str, content_type: str = "application/json") -> dict[str, Any]:
         return {
@@ -442,6 +603,35 @@ COMPONENTS = {
             },
             "required": ["id", "name", "kind"],
         },
+        "BookJob": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "^book_[0-9a-f]{24}$"},
+                "object": {"const": "audio.book"},
+                "status": {
+                    "enum": ["queued", "speaking", "writing", "done", "failed", "cancelled"]
+                },
+                "created_at": {"type": "integer", "description": "Unix seconds"},
+                "started_at": {"type": ["integer", "null"]},
+                "finished_at": {"type": ["integer", "null"]},
+                "title": {"type": ["string", "null"]},
+                "author": {"type": ["string", "null"]},
+                "source": {"type": "string", "description": "the book's file name"},
+                "response_format": {"enum": list(BOOK_FORMATS)},
+                "chapters": {"type": "integer"},
+                "sentences": {
+                    "type": "object",
+                    "properties": {
+                        "done": {"type": "integer"},
+                        "total": {"type": "integer"},
+                    },
+                },
+                "audio_seconds": {"type": "number", "description": "spoken so far"},
+                "error": {"type": ["string", "null"], "description": "why it failed"},
+                "audio_url": {"type": ["string", "null"]},
+                "captions_url": {"type": ["string", "null"]},
+            },
+        },
     }
 }
 
@@ -456,6 +646,7 @@ def openapi_document(settings: ServerSettings) -> dict[str, Any]:
             "/dev/captioned_speech": _captioned_route(settings),
             "/dev/dialogue": _dialogue_route(settings),
             **_voices_routes(),
+            **_books_routes(settings),
             **_other_routes(),
         },
         "components": COMPONENTS,

@@ -230,11 +230,19 @@ def parse_speech_request(body: Any, rules: RequestRules) -> HttpSpeech:
     text = _text(body)
     _optional_string(body, "model")
     _optional_string(body, "task_type")  # vLLM-Omni's; the checkpoint decides here
-    voice, ref_text = _voice(body, rules)
+    speech = parse_speech_fields(body, rules, text)
     response_format = _format(body, rules.default_format)
     sample_rate = _sample_rate(body, response_format)
     delivery = _delivery(body)
-    speech = SpeechRequest(
+    captions = _captions(body, delivery)
+    return HttpSpeech(speech, response_format, sample_rate, delivery, captions)
+
+
+def parse_speech_fields(body: dict, rules: RequestRules, text: str = "") -> SpeechRequest:
+    """The voice, the options and the sampling fields of a request to speak
+    ``text`` (what a book job takes too), each of the shape it must have."""
+    voice, ref_text = _voice(body, rules)
+    return SpeechRequest(
         text,
         voice,
         ref_text=ref_text,
@@ -247,8 +255,6 @@ def parse_speech_request(body: Any, rules: RequestRules) -> HttpSpeech:
         voice_paths=False,
         voice_hint=VOICE_HINT,
     )
-    captions = _captions(body, delivery)
-    return HttpSpeech(speech, response_format, sample_rate, delivery, captions)
 
 
 def parse_captioned_request(body: Any, rules: RequestRules) -> HttpSpeech:

@@ -1,5 +1,6 @@
 """A server's life, whatever protocols it speaks: the engine set to the
-server's limits, the model loading, and each listener started beside it."""
+server's limits, the model loading, the book jobs' runner, and each
+listener started beside it."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ async def serving(state: ServerState, listeners: list[Listener]) -> AsyncIterato
     engine.forward_observers.append(state.metrics.forward)
     state.slot.start()
     # A request's checks run on anyio's threads; their first use costs 12 ms
-    # once (seen on the first request after start), paid here instead.
-    await anyio.to_thread.run_sync(lambda: None)
+    # once (seen on the first request after start), paid here instead, by
+    # reading the kept book jobs (the unfinished queued again).
+    await anyio.to_thread.run_sync(state.books.start)
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(state.shutdown.end_bodies_when_overdue)
@@ -33,5 +35,8 @@ async def serving(state: ServerState, listeners: list[Listener]) -> AsyncIterato
             yield
             tasks.cancel_scope.cancel()
     finally:
+        with anyio.CancelScope(shield=True):
+            # the job in flight stops where it is, to resume at the next start
+            await anyio.to_thread.run_sync(state.books.stop)
         engine.forward_observers.remove(state.metrics.forward)
         engine.configure(*before)

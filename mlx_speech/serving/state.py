@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..engine import Engine, shared_engine
 from ..settings import ServerSettings
 from ..voices.store import VoiceStore
+from .books import BookJobs, default_books_dir
 from .connections import OpenSockets
 from .metrics import Metrics
 from .shutdown import Shutdown
@@ -21,6 +22,7 @@ class ServerState:
     slot: ModelSlot
     store: VoiceStore
     engine: Engine
+    books: BookJobs
     metrics: Metrics = field(default_factory=Metrics)
     shutdown: Shutdown = field(default_factory=Shutdown)
     sockets: OpenSockets = field(default_factory=OpenSockets)
@@ -46,4 +48,9 @@ def server_state(settings: ServerSettings, load: Loader) -> ServerState:
         max_text_chars=settings.max_input_chars,
         lexicon=settings.lexicon,
     )
-    return ServerState(settings=settings, slot=slot, store=store, engine=shared_engine())
+    engine = shared_engine()
+    books_dir = settings.books_dir or default_books_dir()
+    books = BookJobs(books_dir, settings.max_books, slot, engine)
+    return ServerState(
+        settings=settings, slot=slot, store=store, engine=engine, books=books
+    )

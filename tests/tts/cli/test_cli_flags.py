@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlx_speech import DEFAULT_MODEL
@@ -30,6 +32,8 @@ def test_serve_without_flags_runs_with_the_default_settings():
         (["--cors-origin", "*"], "cors_origins", ("*",)),
         (["--quantize", "4"], "quantize", 4),
         (["--api-key", "k", "--public-listings"], "public_listings", True),
+        (["--books-dir", "/srv/books"], "books_dir", Path("/srv/books")),
+        (["--max-books", "3"], "max_books", 3),
     ],
 )
 def test_each_flag_sets_its_field(flags, field, value):

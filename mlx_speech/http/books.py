@@ -1,0 +1,166 @@
+"""The book job routes (``/v1/audio/books``): a long text or a book file
+spoken in the background into one chaptered audiobook, its progress read,
+its audio and captions downloaded, the job cancelled or deleted. The jobs
+themselves are the serving core's (``serving.books``); here they are parsed,
+rendered as JSON and their errors said in HTTP's words. Their work on disk
+runs on the thread pool, never on the event loop."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path, PurePath
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+
+from ..audio.chapters import book_media_type
+from ..book.files import file_name
+from ..book.source import MAX_BOOK_BYTES, BookError
+from ..errors import InvalidRequest, shown
+from ..serving.book_job import BookJob
+from ..serving.books import BookJobsFull, BooksFolderBusy, UnknownBookJob
+from ..voices.resolve import UnknownVoiceName
+from .bodies import BookUpload, read_book_body
+from .book_request import book_too_large, parse_book_request
+from .errors import ApiError
+from .speech_request import RequestRules
+
+T = TypeVar("T")
+
+BOOKS_PATH = "/v1/audio/books"
+FOLDER_BUSY_RETRY_SECONDS = 60
+
+
+async def create_book(request: Request) -> Response:
+    state = request.app.state
+    settings = state.settings
+    tts = state.slot.ready()
+    body = await read_book_body(
+        request, MAX_BOOK_BYTES, settings.body_timeout, book_too_large("file")
+    )
+    rules = RequestRules(
+        max_ref_bytes=settings.max_ref_bytes, media_root=settings.allowed_local_media_path
+    )
+    order = await anyio.to_thread.run_sync(parse_book_request, body, rules)
+    source = "file" if isinstance(body, BookUpload) else "input"
+    job = await _books(request, state.books.create, tts, order, source=source)
+    headers = {"location": f"{BOOKS_PATH}/{job.id}"}
+    return JSONResponse(book_object(job), status_code=202, headers=headers)
+
+
+async def list_books(request: Request) -> Response:
+    jobs = await _books(request, request.app.state.books.list)
+    return JSONResponse({"object": "list", "data": [book_object(job) for job in jobs]})
+
+
+async def get_book(request: Request) -> Response:
+    job = await _books(request, request.app.state.books.get, request.path_params["id"])
+    return JSONResponse(book_object(job))
+
+
+async def cancel_book(request: Request) -> Response:
+    job = await _books(request, request.app.state.books.cancel, request.path_params["id"])
+    return JSONResponse(book_object(job))
+
+
+async def delete_book(request: Request) -> Response:
+    job_id = request.path_params["id"]
+    await _books(request, request.app.state.books.delete, job_id)
+    return JSONResponse({"id": job_id, "object": "audio.book.deleted", "deleted": True})
+
+
+async def book_audio(request: Request) -> Response:
+    job, (audio, _) = await _done_job(request)
+    audio_format = job.response_format
+    headers = {"content-disposition": _attachment(f"{_download_stem(job)}.{audio_format}")}
+    return FileResponse(audio, media_type=book_media_type(audio_format), headers=headers)
+
+
+async def book_captions(request: Request) -> Response:
+    job, (_, captions) = await _done_job(request)
+    headers = {"content-disposition": _attachment(f"{_download_stem(job)}.vtt")}
+    return FileResponse(captions, media_type="text/vtt", headers=headers)
+
+
+def book_object(job: BookJob) -> dict[str, Any]:
+    """A job as clients read it."""
+    done = job.status == "done"
+    path = f"{BOOKS_PATH}/{job.id}"
+    return {
+        "id": job.id,
+        "object": "audio.book",
+        "status": job.status,
+        "created_at": int(job.created),
+        "started_at": None if job.started is None else int(job.started),
+        "finished_at": None if job.finished is None else int(job.finished),
+        "title": job.title,
+        "author": job.author,
+        "source": job.source,
+        "response_format": job.response_format,
+        "chapters": job.chapters,
+        "sentences": {"done": job.spoken, "total": job.sentences},
+        "audio_seconds": round(job.audio_seconds, 3),
+        "error": job.error,
+        "audio_url": f"{path}/audio" if done else None,
+        "captions_url": f"{path}/captions" if done else None,
+    }
+
+
+async def _done_job(request: Request) -> tuple[BookJob, tuple[Path, Path]]:
+    """The job and its files; 409 unless it is done."""
+    books = request.app.state.books
+    job = await _books(request, books.get, request.path_params["id"])
+    if job.status != "done":
+        progress = f"{job.spoken} of {job.sentences} sentences spoken"
+        raise ApiError(
+            409,
+            f"book job {job.id} is {job.status} ({progress}); its audio and captions "
+            "are there once it is done",
+        )
+    return job, books.files(job)
+
+
+async def _books(
+    request: Request, call: Callable[..., T], *args: Any, source: str = "input"
+) -> T:
+    """``call`` on the thread pool, its errors as HTTP says them; ``source``
+    names the field that held the book."""
+    try:
+        return await anyio.to_thread.run_sync(call, *args)
+    except UnknownBookJob as error:
+        raise ApiError(404, f"no book job {shown(error.args[0])}", param="id") from None
+    except BookJobsFull as error:
+        raise ApiError(429, str(error)) from None
+    except BooksFolderBusy as error:
+        headers = {"retry-after": str(FOLDER_BUSY_RETRY_SECONDS)}
+        raise ApiError(503, str(error), headers=headers) from None
+    except BookError as error:
+        raise ApiError(400, str(error), param=source) from None
+    except UnknownVoiceName as error:
+        raise ApiError(404, str(error), param="voice") from None
+    except InvalidRequest as error:
+        param = "input" if error.param == "text" else error.param
+        raise ApiError(400, str(error), param=param) from None
+    except ValueError as error:
+        raise ApiError(400, str(error)) from None
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise ApiError(
+            507, "no space left on the server's disk to keep the book; no job was made"
+        ) from None
+
+
+def _download_stem(job: BookJob) -> str:
+    return file_name(job.title or PurePath(job.source).stem, "book")
+
+
+def _attachment(name: str) -> str:
+    """A download's Content-Disposition (RFC 6266): the name in ASCII for
+    every client, and in UTF-8 for those that read it."""
+    plain = name.encode("ascii", "replace").decode().replace("?", "_")
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name)}"
