@@ -79,7 +79,8 @@ def test_a_stop_set_from_another_thread_closes_the_streams_and_cancels(tmp_path)
             )
         # the sentences after the third wait 30 s for a chunk: closed, not waited for
         assert time.monotonic() - started < 5.0
-        assert [s.sentence.key for s in kept] == ["key0", "key1", "key2"]
+        # two threads: the first three may end in any order
+        assert sorted(s.sentence.key for s in kept) == ["key0", "key1", "key2"]
         assert sorted(path.stem for path in store.folder.glob("*.flac")) == [
             "key0",
             "key1",
