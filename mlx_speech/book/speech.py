@@ -22,7 +22,7 @@ from ..text.captions import Caption
 from ..text.tags import TAG
 from .assembly import book_captions, book_chunks, chapter_marks, sentence_lengths
 from .plan import Sentence, book_sentences, speech_identity
-from .source import Book, read_book
+from .source import Book, BookError, read_book
 from .speaker import IN_FLIGHT, BookCancelled, SentenceSpoken, speak_missing
 from .store import SpokenStore
 
@@ -34,6 +34,8 @@ class BookSpeech:
         identity = speech_identity(tts.model, tts.resolve(request), tts.lexicon)
         self.book = book
         self.sentences: list[Sentence] = book_sentences(book, identity)
+        if not self.sentences:
+            raise BookError("the book says nothing: it has only voice tags")
         self.rate = tts.sample_rate
         self.channels = request.channels or 1
         tts.check_request(replace(request, text=self.sentences[0].shown or "Checking."))

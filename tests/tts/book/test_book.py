@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -154,3 +155,13 @@ def test_an_ssml_paragraph_is_spoken_whole(voiced_tts, tmp_path):
     np.testing.assert_allclose(spoken, whole, rtol=0, atol=KEPT)
     alone = voiced_tts.speak("Hello Bob. Hi Alice!", **SHORT).samples
     assert len(alone) != len(whole) or not np.allclose(alone, whole, atol=KEPT)
+
+
+def test_a_book_of_voice_tags_alone_says_nothing(voiced_tts, tmp_path):
+    path = tmp_path / "tags.md"
+    path.write_text("# One\n\n[voice:grandma]\n")
+    book = read_book(path)
+    assert [c.text for c in book.chapters] == ["One\n\n[voice:grandma]"]
+    only_tags = replace(book, chapters=(replace(book.chapters[0], text="[voice:grandma]"),))
+    with pytest.raises(ValueError, match="says nothing"):
+        BookSpeech(voiced_tts, only_tags, SpeechRequest.of("", **SHORT))
