@@ -165,3 +165,14 @@ def test_a_book_of_voice_tags_alone_says_nothing(voiced_tts, tmp_path):
     only_tags = replace(book, chapters=(replace(book.chapters[0], text="[voice:grandma]"),))
     with pytest.raises(ValueError, match="says nothing"):
         BookSpeech(voiced_tts, only_tags, SpeechRequest.of("", **SHORT))
+
+
+def test_the_lexicon_and_the_pace_hold_in_a_book(speaking_dir, tmp_path):
+    said = mlx_speech.load(speaking_dir, lexicon=mlx_speech.Lexicon([("SQL", "sequel")]))
+    path = tmp_path / "db.txt"
+    path.write_text("We use SQL daily.\n")
+    book = said.book(path, speed=1.5, **SHORT)
+    expected = said.speak("We use sequel daily.", speed=1.5, **SHORT).samples
+    np.testing.assert_allclose(book.chapters[0].audio.samples, expected, rtol=0, atol=KEPT)
+    plain = mlx_speech.load(speaking_dir).speak("We use SQL daily.", speed=1.5, **SHORT)
+    assert not np.allclose(plain.samples[: len(expected)], expected[: len(plain.samples)])
