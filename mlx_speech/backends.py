@@ -15,6 +15,7 @@ and only on Linux, where it is used: a Mac loads nothing of it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -75,6 +76,22 @@ def device_name() -> str:
     import mlx.core as mx
 
     return "gpu" if mx.default_device().type == mx.gpu else "cpu"
+
+
+@functools.cache
+def keep_weights_wired() -> int | None:
+    """Where the device recommends a working set (Metal's), let MLX keep that
+    much memory wired, as mlx-lm does while it generates, so a model's
+    weights are not paged out between requests. Once, on the worker, as the
+    first model loads: MLX's wired limit must not change while work is
+    queued. Returns the limit set, or None where the device names none."""
+    import mlx.core as mx
+
+    size = mx.device_info().get("max_recommended_working_set_size")
+    if size is None:
+        return None
+    mx.set_wired_limit(size)
+    return size
 
 
 FIRST_COMPILE_NOTICE = (

@@ -6,7 +6,13 @@ import logging
 from pathlib import Path
 
 from . import DEFAULT_MODEL
-from .backends import accelerator_for, device_name, requested_backend, slow_blas_warning
+from .backends import (
+    accelerator_for,
+    device_name,
+    keep_weights_wired,
+    requested_backend,
+    slow_blas_warning,
+)
 from .engine import shared_engine
 from .errors import ModelLoadError
 from .families import QUANTIZE_BITS, LoadOptions
@@ -58,6 +64,7 @@ def load(
     engine = shared_engine()
 
     def load_on_worker():
+        keep_weights_wired()
         accelerator, why = accelerator_for(chosen, family)
         options = LoadOptions(engine.max_batch, quantize, accelerator)
         try:

@@ -8,12 +8,14 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 
 import httpx
 import mlx.core as mx
 import pytest
 
 import mlx_speech
+from mlx_speech import backends
 from mlx_speech.engine import shared_engine
 from mlx_speech.errors import ModelLoadError
 from mlx_speech.families.moss_nano.codec import MlxDecoder
@@ -180,3 +182,22 @@ def test_importing_mlx_speech_puts_mlx_on_openblas_without_ld_preload(speaking_d
     assert (found["mapped"] is not None) == brought  # the library, by its real path
     warned = "import mlx_speech before mlx (and mlx_lm)" in result.stderr
     assert warned != brought
+
+
+def test_metal_keeps_its_recommended_working_set_wired(monkeypatch):
+    """What mlx-lm does on a Mac, reasoned from here: a device naming a
+    recommended working set gets it as MLX's wired limit; a CPU names none."""
+    assert backends.keep_weights_wired.__wrapped__() is None  # this CPU
+    limits = []
+    monkeypatch.setattr(mx, "device_info", lambda: {"max_recommended_working_set_size": 7})
+    monkeypatch.setattr(mx, "set_wired_limit", limits.append)
+    assert backends.keep_weights_wired.__wrapped__() == 7
+    assert limits == [7]
+
+
+def test_the_wired_limit_is_set_on_the_worker_as_a_model_loads(speaking_dir, monkeypatch):
+    threads = []
+    record = lambda: threads.append(threading.current_thread())  # noqa: E731
+    monkeypatch.setattr(mlx_speech.loading, "keep_weights_wired", record)
+    mlx_speech.load(speaking_dir)
+    assert threads == [shared_engine()._thread]
