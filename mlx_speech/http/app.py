@@ -32,7 +32,6 @@ from ..serving.state import ServerState
 from ..settings import ServerSettings
 from ..text.stream import TextStream
 from ..tts import TTS, SpeechStream
-from ..voices.resolve import UnknownVoiceName
 from ..voices.store import UnknownVoice
 from .adapter import AudioResponse, Delivery
 from .auth import ApiKeyGuard
@@ -203,13 +202,8 @@ def _open_stream(tts: TTS, parsed: HttpSpeech) -> SpeechStream | TextStream:
         if parsed.captions is not None:
             return tts.open_text([speech.text], speech, split=parsed.captions)
         return tts.open(speech)
-    except UnknownVoiceName as error:
-        raise ApiError(404, str(error), param="voice") from None
-    except InvalidRequest as error:
-        param = "input" if error.param == "text" else error.param
-        raise ApiError(400, str(error), param=param) from None
     except ValueError as error:
-        raise ApiError(400, str(error)) from None
+        raise ApiError.invalid(error) from None
 
 
 async def speech_socket_over_http(request: Request) -> Response:

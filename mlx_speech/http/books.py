@@ -20,10 +20,9 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from ..audio.chapters import book_media_type
 from ..book.files import file_name
 from ..book.source import MAX_BOOK_BYTES, BookError
-from ..errors import InvalidRequest, shown
+from ..errors import shown
 from ..serving.book_job import BookJob
 from ..serving.books import BookJobsFull, BooksFolderBusy, UnknownBookJob
-from ..voices.resolve import UnknownVoiceName
 from .bodies import BookUpload, read_book_body
 from .book_request import book_too_large, parse_book_request
 from .errors import ApiError
@@ -140,13 +139,8 @@ async def _books(
         raise ApiError(503, str(error), headers=headers) from None
     except BookError as error:
         raise ApiError(400, str(error), param=source) from None
-    except UnknownVoiceName as error:
-        raise ApiError(404, str(error), param="voice") from None
-    except InvalidRequest as error:
-        param = "input" if error.param == "text" else error.param
-        raise ApiError(400, str(error), param=param) from None
     except ValueError as error:
-        raise ApiError(400, str(error)) from None
+        raise ApiError.invalid(error) from None
     except OSError as error:
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

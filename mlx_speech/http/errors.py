@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
+from ..errors import InvalidRequest
 from ..serving.refusal import Refusal
+from ..voices.resolve import UnknownVoiceName
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -41,6 +43,17 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+
+    @classmethod
+    def invalid(cls, error: ValueError) -> ApiError:
+        """A request's own fault as HTTP says it: an unknown voice is a 404,
+        anything else a 400 naming its field (the text is ``input`` here)."""
+        if isinstance(error, UnknownVoiceName):
+            return cls(404, str(error), param="voice")
+        if isinstance(error, InvalidRequest):
+            param = "input" if error.param == "text" else error.param
+            return cls(400, str(error), param=param)
+        return cls(400, str(error))
 
     @classmethod
     def refused(cls, refusal: Refusal) -> ApiError:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import av
@@ -18,6 +16,7 @@ from mlx_speech.audio.chapters import (
     write_book_audio,
 )
 from mlx_speech.audio.pcm import to_pcm16
+from tests.tts.support.probe import probed
 
 if shutil.which("ffprobe") is None:
     pytest.skip("ffprobe reads the chapters back", allow_module_level=True)
@@ -69,12 +68,6 @@ def _written(tmp_path: Path, name: str, rate: int, channels: int = 1, chapters=T
     return path, samples, marks
 
 
-def _probe(path: Path) -> dict:
-    command = ["ffprobe", "-v", "error", "-show_chapters", "-show_format"]
-    command += ["-show_streams", "-of", "json", str(path)]
-    return json.loads(subprocess.run(command, capture_output=True, check=True).stdout)
-
-
 def _decoded(path: Path) -> tuple[np.ndarray, int]:
     """``[samples, channels]`` and the rate, as the decoder gives them."""
     with av.open(str(path)) as container:
@@ -109,7 +102,7 @@ CASES = [
 @pytest.mark.parametrize(("name", "rate", "channels"), CASES)
 def test_chapters_titles_and_tags_read_back(tmp_path, name, rate, channels):
     path, samples, marks = _written(tmp_path, name, rate, channels)
-    probe = _probe(path)
+    probe = probed(path)
     chapters = probe["chapters"]
     assert [chapter["tags"]["title"] for chapter in chapters] == [m.title for m in marks]
     for chapter, mark in zip(chapters, marks, strict=True):
@@ -124,7 +117,7 @@ def test_chapters_titles_and_tags_read_back(tmp_path, name, rate, channels):
 
 def test_m4b_is_an_audiobook_and_resamples_to_a_rate_aac_takes(tmp_path):
     path, _, _ = _written(tmp_path, "m4b", 96000, 2)
-    probe = _probe(path)
+    probe = probed(path)
     assert probe["format"]["tags"]["major_brand"] == "M4B "
     assert probe["streams"][0]["codec_name"] == "aac"
     assert probe["streams"][0]["sample_rate"] == "48000"
@@ -141,7 +134,7 @@ def test_lossless_books_hold_the_pcm16_samples_exactly(tmp_path, name, channels)
 
 def test_wav_holds_no_chapters_but_the_title_and_author(tmp_path):
     path, _, _ = _written(tmp_path, "wav", 48000)
-    probe = _probe(path)
+    probe = probed(path)
     assert probe["chapters"] == []
     assert path.read_bytes()[:4] == b"RIFF"  # RF64 only past 4 GiB
     tags = probe["format"]["tags"]
@@ -151,7 +144,7 @@ def test_wav_holds_no_chapters_but_the_title_and_author(tmp_path):
 @pytest.mark.parametrize("name", ["m4b", "mp3", "opus", "flac"])
 def test_no_marks_no_chapters(tmp_path, name):
     path, _, _ = _written(tmp_path, name, 48000, chapters=False)
-    assert _probe(path)["chapters"] == []
+    assert probed(path)["chapters"] == []
 
 
 def test_vorbis_chapter_times_count_hours_and_round_down():

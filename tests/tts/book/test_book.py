@@ -4,8 +4,6 @@ call resumes, and written as one chaptered file."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from dataclasses import replace
 
 import numpy as np
@@ -16,6 +14,7 @@ from mlx_speech.book.source import read_book
 from mlx_speech.book.speech import BookSpeech
 from mlx_speech.book.store import SpokenStore, StoreBusy
 from mlx_speech.request import SpeechRequest
+from tests.tts.support.probe import probed
 
 SHORT = {"max_new_tokens": 3, "seed": 5}
 KEPT = 2.0**-24  # a sentence is kept at 24 bits: within half a step of its samples
@@ -133,13 +132,7 @@ def test_one_run_at_a_time_holds_a_store(tmp_path):
 def test_the_written_book_has_its_chapters(voiced_tts, book_file, tmp_path):
     book = voiced_tts.book(book_file, **SHORT)
     path = book.write(tmp_path / "crossing.m4b")
-    probe = subprocess.run(
-        ["ffprobe", "-v", "error", "-show_chapters", "-show_format", "-of", "json", path],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = json.loads(probe.stdout)
+    found = probed(path)
     assert [c["tags"]["title"] for c in found["chapters"]] == ["Morning", "Evening"]
     assert found["format"]["tags"]["title"] == "The Crossing"
 

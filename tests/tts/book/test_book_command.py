@@ -5,9 +5,6 @@ written."""
 
 from __future__ import annotations
 
-import errno
-import json
-import os
 import signal
 import subprocess
 import time
@@ -18,12 +15,13 @@ import pytest
 import soundfile
 
 from mlx_speech.audio.pcm import to_pcm16
-from mlx_speech.book import store as store_module
 from mlx_speech.book.source import read_book
 from mlx_speech.book.speech import BookSpeech
 from mlx_speech.cli.main import main
 from mlx_speech.request import SpeechRequest
 from tests.tts.support.cli import MLX_SPEECH, run
+from tests.tts.support.full_disk import fill_after
+from tests.tts.support.probe import probed
 
 pytestmark = pytest.mark.slow  # the installed command, in subprocesses
 
@@ -45,16 +43,6 @@ def _book(path, sentences_per_chapter: int = 3):
     return path
 
 
-def _probe(path) -> dict:
-    found = subprocess.run(
-        ["ffprobe", "-v", "error", "-show_chapters", "-show_format", "-of", "json", path],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(found.stdout)
-
-
 def test_a_book_becomes_a_chaptered_m4b_with_captions(speaking_dir, tmp_path):
     book = _book(tmp_path / "short.md")
     out = tmp_path / "short.m4b"
@@ -64,7 +52,7 @@ def test_a_book_becomes_a_chaptered_m4b_with_captions(speaking_dir, tmp_path):
         "--chapters-dir", str(tmp_path / "chapters"), *SHORT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    found = _probe(out)
+    found = probed(out)
     assert [c["tags"]["title"] for c in found["chapters"]] == list(CHAPTERS)
     assert found["format"]["tags"]["title"] == "A Short Book"
     assert found["format"]["tags"]["artist"] == "A. Writer"
@@ -124,22 +112,14 @@ def test_a_full_disk_stops_the_book_and_keeps_what_was_spoken(
     book = _book(tmp_path / "book.md")
     out = tmp_path / "book.wav"
     args = ["book", str(book), "-o", str(out), "--model", str(speaking_dir), *SHORT]
-    real_write, saved = soundfile.write, []
-
-    def fills_up(file, *rest, **options):
-        if len(saved) == 4:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        saved.append(file)
-        real_write(file, *rest, **options)
-
-    monkeypatch.setattr(store_module.soundfile, "write", fills_up)
+    fill_after(monkeypatch, kept=4)
     assert main(args) == 1
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("mlx-speech: error: cannot keep a spoken sentence in")
     assert "No space left on device" in error and "run the same command again" in error
     kept = tmp_path / "book.wav.spoken"
     assert _kept(kept) == 4 and not list(kept.glob("*.partial")) and not out.exists()
-    monkeypatch.setattr(store_module.soundfile, "write", real_write)
+    monkeypatch.undo()  # space again
     assert main(args) == 0
     assert "resuming: 4 of 12" in capsys.readouterr().err
     assert soundfile.info(out).frames > 0
@@ -186,7 +166,7 @@ def test_a_book_without_headings_is_one_chapter(speaking_dir, tmp_path):
     out = tmp_path / "l.mp3"
     done = run("book", str(source), "-o", str(out), "--model", str(speaking_dir), *SHORT)
     assert done.returncode == 0, done.stderr
-    assert [c["tags"]["title"] for c in _probe(out)["chapters"]] == ["letter"]
+    assert [c["tags"]["title"] for c in probed(out)["chapters"]] == ["letter"]
 
 
 def test_the_output_name_is_checked_before_anything_loads(tmp_path):

@@ -8,20 +8,19 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 import time
 
 import httpx
 import pytest
-import soundfile
 
-from mlx_speech.book import store as store_module
 from mlx_speech.book.source import MAX_BOOK_BYTES
 from mlx_speech.http.book_request import parse_book_request
 from mlx_speech.http.openapi import openapi_document
 from mlx_speech.http.speech_request import RequestRules
 from mlx_speech.server import ServerSettings
 from mlx_speech.serving import books as books_module
+from tests.tts.support.full_disk import fill_after
+from tests.tts.support.probe import probed
 from tests.tts.support.server import RunningServer
 
 pytestmark = pytest.mark.slow  # real servers
@@ -92,16 +91,6 @@ def _done(client: httpx.Client, job_id: str) -> dict:
     return _wait(client, job_id, lambda job: job["status"] in ("done", "cancelled"))
 
 
-def _probe(path) -> dict:
-    found = subprocess.run(
-        ["ffprobe", "-v", "error", "-show_chapters", "-show_format", "-of", "json", path],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(found.stdout)
-
-
 def _seconds(clock: str) -> float:
     hours, minutes, seconds = clock.split(":")
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
@@ -130,7 +119,7 @@ def test_a_markdown_text_becomes_a_chaptered_audiobook_with_captions(client, tmp
     assert 'attachment; filename="A Short Book.m4b"' in audio.headers["content-disposition"]
     book = tmp_path / "book.m4b"
     book.write_bytes(audio.content)
-    found = _probe(book)
+    found = probed(book)
     assert [c["tags"]["title"] for c in found["chapters"]] == list(CHAPTERS)
     assert found["format"]["tags"]["title"] == "A Short Book"
     duration = float(found["format"]["duration"])
@@ -161,7 +150,7 @@ def test_an_uploaded_book_file_is_read_by_its_name(client, tmp_path):
     assert 'filename="My Story.mp3"' in audio.headers["content-disposition"]
     book = tmp_path / "story.mp3"
     book.write_bytes(audio.content)
-    found = _probe(book)
+    found = probed(book)
     assert [c["tags"]["title"] for c in found["chapters"]] == list(CHAPTERS)
     assert found["format"]["tags"]["title"] == "My Story"
 
@@ -177,7 +166,7 @@ def test_a_plain_text_is_one_chapter_named_by_its_title(client, tmp_path):
     assert _done(client, job["id"])["status"] == "done"
     book = tmp_path / "notes.m4b"
     book.write_bytes(client.get(f"/v1/audio/books/{job['id']}/audio").content)
-    assert [c["tags"]["title"] for c in _probe(book)["chapters"]] == ["Notes"]
+    assert [c["tags"]["title"] for c in probed(book)["chapters"]] == ["Notes"]
 
 
 def test_a_running_job_is_cancelled_then_deleted(server, client):
@@ -378,15 +367,7 @@ def test_a_job_stopped_with_its_server_resumes_on_the_next(speaking_dir, tmp_pat
 def test_a_full_disk_fails_the_job_and_keeps_what_was_spoken(
     speaking_dir, tmp_path_factory, monkeypatch
 ):
-    real_write, saved = soundfile.write, []
-
-    def fills_up(file, *rest, **options):
-        if len(saved) == 4:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        saved.append(file)
-        real_write(file, *rest, **options)
-
-    monkeypatch.setattr(store_module.soundfile, "write", fills_up)
+    fill_after(monkeypatch, kept=4)
     settings = _settings(speaking_dir, tmp_path_factory)
     with RunningServer(settings) as running, _client(running) as client:
         body = {"input": _markdown(), "input_format": "markdown", **SHORT}
