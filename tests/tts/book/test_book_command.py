@@ -66,6 +66,7 @@ def test_a_book_becomes_a_chaptered_m4b_with_captions(speaking_dir, tmp_path):
     files = sorted(path.name for path in (tmp_path / "chapters").iterdir())
     assert files == ["1 Arrival.m4b", "2 The Long Night.m4b", "3 Home.m4b"]
     assert "wrote" in done.stdout and "3 chapter(s)" in done.stdout
+    assert f"of spoken sentences in {out}.spoken" in done.stdout  # kept, with its size
 
 
 def _kept(folder) -> int:
