@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new, rotate_half
+from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
 
 from .accelerator import MLX_OPS, ArrayOps
 from .halves import in_halves
@@ -72,14 +72,28 @@ def _split_heads(
     qkv: mx.array, rotation: Rotation | None, heads: int
 ) -> tuple[mx.array, mx.array, mx.array]:
     batch, rows = qkv.shape[:2]
-    queries, keys, values = (
-        part.reshape(batch, rows, heads, -1) for part in mx.split(qkv, 3, axis=-1)
-    )
+    parts = qkv.reshape(batch, rows, 3, heads, -1)
+    queries, keys, values = (parts[:, :, index] for index in range(3))
     if rotation is not None:
-        cos, sin = rotation
-        queries = (queries * cos) + (rotate_half(queries) * sin)
-        keys = (keys * cos) + (rotate_half(keys) * sin)
+        rotated = _rotated(parts[:, :, :2], rotation)
+        queries, keys = rotated[:, :, 0], rotated[:, :, 1]
     return queries, keys, values
+
+
+def _rotated(pairs_of: mx.array, rotation: Rotation) -> mx.array:
+    """mlx-audio's RoPE, ``x * cos + rotate_half(x) * sin``, of queries and
+    keys side by side (``[batch, rows, 2, heads, head_dim]``), in one
+    element-wise pass: ``rotate_half`` turns each pair ``(a, b)`` into ``(-b,
+    a)``, here a reversed view of the pair times ``(-1, 1)`` (the same
+    numbers) in place of a negation and a concatenation per tensor."""
+    *outer, size = pairs_of.shape
+    pairs = pairs_of.reshape(*outer, size // 2, 2)
+    cos, sin = (
+        table.reshape(*table.shape[:2], 1, 1, size // 2, 2) for table in rotation
+    )
+    signs = mx.array([-1, 1], dtype=pairs.dtype)
+    turned = pairs[..., ::-1] * signs
+    return ((pairs * cos) + (turned * sin)).reshape(pairs_of.shape)
 
 
 def block_output(

@@ -164,7 +164,7 @@ def _codes(
     so none is looked up twice."""
     slot = model.transformer.wte.weight[model.config.audio_assistant_slot_token_id]
     previous = mx.broadcast_to(slot, (len(jobs), slot.shape[-1]))
-    next_inputs = previous
+    summands = [previous]
     seen = mx.stack([job.history.seen for job in jobs])  # [jobs, n_vq, vocab]
     samplers = [job.sampling.audio for job in jobs]
     penalties = [job.sampling.repetition_penalty for job in jobs]
@@ -180,8 +180,17 @@ def _codes(
         code = pick_rows(logits, samplers, channel_uniforms, sampled)
         codes.append(code)
         previous = embedding(code)
-        next_inputs = next_inputs + previous
-    return mx.stack(codes, axis=1), next_inputs[:, None, :]
+        summands.append(previous)
+    return mx.stack(codes, axis=1), _sum_in_order(summands)[:, None, :]
+
+
+@mx.compile
+def _sum_in_order(arrays: list[mx.array]) -> mx.array:
+    """``arrays[0] + arrays[1] + …``, left to right, as one fused pass."""
+    total = arrays[0]
+    for array in arrays[1:]:
+        total = total + array
+    return total
 
 
 def _global_hidden(model: Model, jobs: list[FrameJob], ops: ArrayOps) -> mx.array:
