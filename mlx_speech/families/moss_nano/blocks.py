@@ -88,9 +88,7 @@ def _rotated(pairs_of: mx.array, rotation: Rotation) -> mx.array:
     numbers) in place of a negation and a concatenation per tensor."""
     *outer, size = pairs_of.shape
     pairs = pairs_of.reshape(*outer, size // 2, 2)
-    cos, sin = (
-        table.reshape(*table.shape[:2], 1, 1, size // 2, 2) for table in rotation
-    )
+    cos, sin = (table.reshape(*table.shape[:2], 1, 1, size // 2, 2) for table in rotation)
     signs = mx.array([-1, 1], dtype=pairs.dtype)
     turned = pairs[..., ::-1] * signs
     return ((pairs * cos) + (turned * sin)).reshape(pairs_of.shape)
