@@ -64,34 +64,35 @@ def attention_inputs(
     """``ln_1`` and ``c_attn`` of ``x`` (``[batch, rows, width]``) → queries,
     keys, values as ``[batch, rows, heads, head_dim]``, queries and keys
     rotated when the block uses RoPE."""
+    parts = _attention_parts(block, x, rotation, heads, eps)
+    return parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
+
+
+def _attention_parts(
+    block, x: mx.array, rotation: Rotation | None, heads: int, eps: float
+) -> mx.array:
+    """``attention_inputs`` side by side in one array, ``[batch, rows, 3,
+    heads, head_dim]``, so keys and values can be kept together."""
     normed = mx.fast.layer_norm(x, block["ln_1"]["weight"], block["ln_1"]["bias"], eps)
-    return _split_heads(_apply(block["attn"]["c_attn"], normed), rotation, heads)
+    qkv = _apply(block["attn"]["c_attn"], normed)
+    parts = qkv.reshape(*qkv.shape[:2], 3, heads, -1)
+    return parts if rotation is None else _rotated(parts, rotation)
 
 
-def _split_heads(
-    qkv: mx.array, rotation: Rotation | None, heads: int
-) -> tuple[mx.array, mx.array, mx.array]:
-    batch, rows = qkv.shape[:2]
-    parts = qkv.reshape(batch, rows, 3, heads, -1)
-    queries, keys, values = (parts[:, :, index] for index in range(3))
-    if rotation is not None:
-        rotated = _rotated(parts[:, :, :2], rotation)
-        queries, keys = rotated[:, :, 0], rotated[:, :, 1]
-    return queries, keys, values
-
-
-def _rotated(pairs_of: mx.array, rotation: Rotation) -> mx.array:
-    """mlx-audio's RoPE, ``x * cos + rotate_half(x) * sin``, of queries and
-    keys side by side (``[batch, rows, 2, heads, head_dim]``), in one
-    element-wise pass: ``rotate_half`` turns each pair ``(a, b)`` into ``(-b,
-    a)``, here a reversed view of the pair times ``(-1, 1)`` (the same
-    numbers) in place of a negation and a concatenation per tensor."""
-    *outer, size = pairs_of.shape
-    pairs = pairs_of.reshape(*outer, size // 2, 2)
+def _rotated(parts: mx.array, rotation: Rotation) -> mx.array:
+    """mlx-audio's RoPE, ``x * cos + rotate_half(x) * sin``, of the queries
+    and keys in ``parts`` (``[batch, rows, 3, heads, head_dim]``), the values
+    selected unchanged, in one element-wise pass. ``rotate_half`` turns each
+    pair ``(a, b)`` into ``(-b, a)``: here a reversed view of the pair times
+    ``(-1, 1)`` (the same numbers), in place of a negation and a
+    concatenation per tensor."""
+    *outer, size = parts.shape
+    pairs = parts.reshape(*outer, size // 2, 2)
     cos, sin = (table.reshape(*table.shape[:2], 1, 1, size // 2, 2) for table in rotation)
     signs = mx.array([-1, 1], dtype=pairs.dtype)
-    turned = pairs[..., ::-1] * signs
-    return ((pairs * cos) + (turned * sin)).reshape(pairs_of.shape)
+    turned = (pairs * cos) + ((pairs[..., ::-1] * signs) * sin)
+    is_value = mx.array([False, False, True]).reshape(1, 1, 3, 1, 1, 1)
+    return mx.where(is_value, pairs, turned).reshape(parts.shape)
 
 
 def block_output(
@@ -122,31 +123,31 @@ def _add_and_norm(
 def local_step(
     transformer,
     x: mx.array,
-    caches: list[tuple[mx.array, mx.array]],
+    caches: list[mx.array],
     rotations: Rotation | None,
     blocks: tuple[BlockSettings, ...],
     final_eps: float,
-) -> tuple[mx.array, list[tuple[mx.array, mx.array]]]:
+) -> tuple[mx.array, list[mx.array]]:
     """The next position of a short transformer for ``batch`` sequences side
     by side (``x``: ``[batch, 1, width]``) → ``ln_f`` of its output, and the
     caches grown by it.
 
-    ``caches`` hold each layer's keys and values so far (``[batch, heads,
-    position, head_dim]``; none at position 0), and ``rotations`` the RoPE
+    ``caches`` hold each layer's keys and values so far (``[2, batch,
+    heads, position, head_dim]``; none at position 0), and ``rotations`` the RoPE
     tables of all positions (``[1, positions, 1, head_dim]``). Every sequence
     is at the same position, so the one query sees every key and needs no
     mask. (Compiled, ``blocks`` arrive as plain tuples, hence the unpacking.)
     """
-    position = caches[0][0].shape[2] if caches else 0
+    position = caches[0].shape[3] if caches else 0
     rotation = None
     if rotations is not None:
         rotation = tuple(table[:, position : position + 1] for table in rotations)
     grown = []
     for layer, (block, shape) in enumerate(zip(transformer["h"], blocks, strict=True)):
         heads, scale, eps, activation = shape
-        queries, keys, values = attention_inputs(block, x, rotation, heads, eps)
+        parts = _attention_parts(block, x, rotation, heads, eps)
         history = caches[layer] if caches else None
-        attended, kept = _attend_position(queries, keys, values, history, scale)
+        attended, kept = _attend_position(parts, history, scale)
         grown.append(kept)
         x = block_output(block, x, attended, eps, activation)
     ln_f = transformer["ln_f"]
@@ -154,22 +155,20 @@ def local_step(
 
 
 def _attend_position(
-    queries: mx.array,
-    keys: mx.array,
-    values: mx.array,
-    history: tuple[mx.array, mx.array] | None,
-    scale: float,
-) -> tuple[mx.array, tuple[mx.array, mx.array]]:
-    """One position's queries, keys and values (``[batch, 1, heads,
+    parts: mx.array, history: mx.array | None, scale: float
+) -> tuple[mx.array, mx.array]:
+    """One position's queries, keys and values (``[batch, 1, 3, heads,
     head_dim]``) with the keys and values before it → the attended rows
-    (``[batch, 1, width]``) and the keys and values so far."""
-    queries, keys, values = (part.transpose(0, 2, 1, 3) for part in (queries, keys, values))
+    (``[batch, 1, width]``) and the keys and values so far, together: one
+    concatenation a position, not two."""
+    queries = parts[:, :, 0].transpose(0, 2, 1, 3)
+    kept = parts[:, :, 1:].transpose(2, 0, 3, 1, 4)  # [2, batch, heads, 1, head_dim]
     if history is not None:
-        keys = mx.concatenate([history[0], keys], axis=2)
-        values = mx.concatenate([history[1], values], axis=2)
+        kept = mx.concatenate([history, kept], axis=3)
+    keys, values = (half.squeeze(0) for half in mx.split(kept, 2))  # views, not gathers
     attended = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale)
     batch, heads, rows, size = attended.shape
-    return attended.transpose(0, 2, 1, 3).reshape(batch, rows, heads * size), (keys, values)
+    return attended.transpose(0, 2, 1, 3).reshape(batch, rows, heads * size), kept
 
 
 attention_inputs_compiled = mx.compile(attention_inputs)

@@ -9,6 +9,7 @@ the ones mlx-audio computes for that job alone.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,8 @@ class Spans:
         return all(length == 1 for length in self.lengths)
 
     def positions(self, dtype=mx.int32) -> mx.array:
+        if self.single_rows:  # a frame: each job's row is at its offset
+            return mx.array(self.offsets, dtype=dtype)
         return mx.concatenate(
             [
                 mx.arange(offset, offset + length, dtype=dtype)
@@ -104,7 +107,9 @@ def forward_rows(
         x = x + transformer.wpe(spans.positions())
     variant = block_variant(spans.single_rows, ops)
     rotary = transformer.h[0].attn.rotary_emb
-    rotation = None if rotary is None else rotation_at(rotary, spans.positions(mx.float32))
+    rotation = None
+    if rotary is not None:
+        rotation = rotation_at(rotary, spans.positions(mx.float32), spans.single_rows)
     masks = spans.masks(x.dtype)
     for layer, block in enumerate(transformer.h):
         shape = settings(block)
@@ -181,16 +186,43 @@ def _attend(
     return attended.transpose(0, 2, 1, 3).reshape(1, queries.shape[1], -1)
 
 
-def rotation_at(rotary, positions: mx.array) -> tuple[mx.array, mx.array]:
+def rotation_at(
+    rotary, positions: mx.array, compiled: bool = False
+) -> tuple[mx.array, mx.array]:
     """RoPE cos and sin at each row's position (float32), as mlx-audio
-    computes them, shaped ``[1, rows, 1, head_dim]``; the same for every layer."""
-    inverse = 1.0 / (
-        rotary.base ** (mx.arange(0, rotary.dim, 2, dtype=mx.float32) / rotary.dim)
-    )
+    computes them, shaped ``[1, rows, 1, head_dim]``; the same for every
+    layer. ``compiled`` for a frame's rows (their count repeats every frame;
+    a prompt's would leave a compiled variant per length)."""
+    tables = _rotation_tables_compiled if compiled else _rotation_tables
+    return tables(positions, _inverse_frequencies(rotary.base, rotary.dim))
+
+
+@functools.lru_cache(maxsize=8)
+def _inverse_frequencies(base: float, dim: int) -> mx.array:
+    inverse = 1.0 / (base ** (mx.arange(0, dim, 2, dtype=mx.float32) / dim))
+    mx.eval(inverse)
+    return inverse
+
+
+def _rotation_tables(positions: mx.array, inverse: mx.array) -> tuple[mx.array, mx.array]:
     angles = positions[:, None] * inverse[None, :]
     cos = mx.repeat(mx.cos(angles), 2, axis=-1)[None, :, None, :]
     sin = mx.repeat(mx.sin(angles), 2, axis=-1)[None, :, None, :]
     return cos, sin
+
+
+_rotation_tables_compiled = mx.compile(_rotation_tables)
+
+
+@functools.lru_cache(maxsize=8)
+def _first_positions(base: float, dim: int, positions: int) -> tuple[mx.array, mx.array]:
+    """The tables of positions ``0 .. positions - 1``, which every frame's
+    local pass takes: computed once."""
+    tables = _rotation_tables(
+        mx.arange(positions, dtype=mx.float32), _inverse_frequencies(base, dim)
+    )
+    mx.eval(tables)
+    return tables
 
 
 class LocalPass:
@@ -202,11 +234,9 @@ class LocalPass:
         self._blocks = tuple(settings(block) for block in transformer.h)
         rotary = transformer.h[0].attn.rotary_emb
         self._rotations = (
-            None
-            if rotary is None
-            else rotation_at(rotary, mx.arange(positions, dtype=mx.float32))
+            None if rotary is None else _first_positions(rotary.base, rotary.dim, positions)
         )
-        self._caches: list[tuple[mx.array, mx.array]] = []
+        self._caches: list[mx.array] = []  # each layer's keys and values
         self._position = 0
 
     def __call__(self, rows: mx.array) -> mx.array:

@@ -181,7 +181,8 @@ def _codes(
         codes.append(code)
         previous = embedding(code)
         summands.append(previous)
-    return mx.stack(codes, axis=1), _sum_in_order(summands)[:, None, :]
+    frame = mx.stack(codes, axis=1).astype(mx.int32)
+    return frame, _sum_in_order(summands)[:, None, :]
 
 
 @mx.compile

@@ -95,22 +95,23 @@ def pick_rows(
     uniforms: mx.array | None,
     sampled: list[int],
 ) -> mx.array:
-    """One token per row with its sampler (``None``: a placeholder 0);
-    ``uniforms[i]`` is the draw of row ``sampled[i]``, the rows that sample.
-    Rows that share a sampler are filtered and drawn together; every
+    """One token per row with its sampler (``None``: a placeholder 0), as
+    ``uint32`` (what MLX's argmax and draws give; a frame casts its codes
+    once); ``uniforms[i]`` is the draw of row ``sampled[i]``, the rows that
+    sample. Rows that share a sampler are filtered and drawn together; every
     operation works row by row, so each row gets the token it would get alone."""
     tokens: list[mx.array | None] = [None] * len(samplers)
     groups: dict[HeadSampler, list[int]] = {}
     for row, sampler in enumerate(samplers):
         if sampler is None:
-            tokens[row] = mx.zeros((1,), dtype=mx.int32)
+            tokens[row] = mx.zeros((1,), dtype=mx.uint32)
         else:
             groups.setdefault(sampler, []).append(row)
     for sampler, rows in groups.items():
         everyone = len(rows) == len(samplers)
         part = logits if everyone else logits[mx.array(rows)]
         if not is_random(sampler):
-            picked = mx.argmax(part, axis=-1).astype(mx.int32)
+            picked = mx.argmax(part, axis=-1)
         else:
             positions = [sampled.index(row) for row in rows]
             every_sampling_row = positions == list(range(len(sampled)))
@@ -200,7 +201,7 @@ def inverse_cdf(scores: mx.array, uniform: mx.array) -> mx.array:
     )
     running = mx.cumsum(weights, axis=-1)
     total = mx.sum(weights, axis=-1, keepdims=True)
-    return mx.sum(running < uniform * total, axis=-1).astype(mx.int32)
+    return mx.sum(running < uniform * total, axis=-1).astype(mx.uint32)
 
 
 def penalize_repeats(logits: mx.array, seen: mx.array, penalties: list[float]) -> mx.array:
