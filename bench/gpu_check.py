@@ -25,7 +25,8 @@ so it never rots). It reports, and writes as JSON:
 - the most MLX memory each side's stream took above what was resident
   (both models' weights);
 - the primitives and host syncs of a frame step, and the ms the host takes
-  to build one (``graph_cost``).
+  to build one (``graph_cost``), and those of a streamed request's frame,
+  its decoding included (``streamed_cost``).
 """
 
 from __future__ import annotations
@@ -275,6 +276,21 @@ def frame_cost(model, frames: int = 4) -> dict:
     }
 
 
+def streamed_frame_cost(tts) -> dict:
+    """Kernels (computing primitives) and host syncs per frame of a streamed
+    greedy request's frames 8 to 40, its chunks' decoding included
+    (``kernel_count``'s row; on a GPU, of the graph it runs)."""
+    from streamed_cost import streamed_cost
+
+    streamed_cost(tts._service, TEXT, first=2, last=4)  # the prompt prefix cached
+    cost, frames = streamed_cost(tts._service, TEXT)
+    return {
+        "computing": round(cost.computing / frames, 1),
+        "syncs": round(cost.syncs / frames, 3),
+        "frames": frames,
+    }
+
+
 def main() -> None:
     args = _arguments()
     from mlx_audio.tts.utils import load_model
@@ -293,6 +309,7 @@ def main() -> None:
         "audio_parity": audio_parity(tts, theirs, args.frames),
         "alone_vs_batched": alone_and_batched(model, args.frames),
         "frame_cost": frame_cost(model),
+        "streamed_frame_cost": streamed_frame_cost(tts),
     }
     _streamed(tts, args.frames)  # warm: the prompt prefix is cached
     results["speed"] = speed(tts, theirs, args)

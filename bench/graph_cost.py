@@ -8,8 +8,10 @@ the times the host waits for them.
 While counting, every evaluation through ``mx.eval``, ``mx.async_eval``,
 ``array.tolist``, ``array.item`` and ``array.__array__`` (numpy) first walks
 the graph it is about to run (``mx.export_to_dot``: each primitive not yet
-evaluated is a node). A sync is one of those calls but ``mx.async_eval``:
-the host stops until the device has computed what it asked for. Views
+evaluated is a node). A sync is one of those calls but ``mx.async_eval``
+where the host stops until the device has computed what it asked for: the
+arrays hold work, or work was queued (``mx.async_eval``) since the last
+wait. Reading back an array already computed is no sync. Views
 (reshapes, transposes, slices, broadcasts) cost no kernel on a GPU, so
 ``computing`` leaves them out; on MLX's CPU backend every primitive is a task
 its scheduler runs. The walk takes time, so time the same work apart:
@@ -27,7 +29,7 @@ import mlx.core as mx
 
 VIEWS = frozenset(
     {"AsStrided", "Broadcast", "ExpandDims", "Reshape", "Slice", "Split", "Squeeze"}
-    | {"StopGradient", "Transpose"}
+    | {"StopGradient", "Transpose", "Flatten", "Unflatten", "View"}
 )
 _PRIMITIVE = re.compile(r'label ="([^"]+)", shape=rectangle')
 
@@ -36,6 +38,7 @@ class GraphCost:
     def __init__(self):
         self.by_primitive: Counter[str] = Counter()
         self.syncs = 0
+        self._queued = False  # work handed over by mx.async_eval since the last wait
         self._originals: dict = {}
 
     @property
@@ -46,13 +49,25 @@ class GraphCost:
     def computing(self) -> int:
         return sum(n for name, n in self.by_primitive.items() if name not in VIEWS)
 
-    def _walk(self, *trees) -> None:
+    def _walk(self, *trees) -> int:
+        """Counts the primitives still to evaluate under ``trees``; → how many."""
         arrays: list[mx.array] = []
         _gather(trees, arrays)
-        if arrays:
-            text = io.StringIO()
-            mx.export_to_dot(text, *arrays)
-            self.by_primitive.update(_PRIMITIVE.findall(text.getvalue()))
+        if not arrays:
+            return 0
+        text = io.StringIO()
+        mx.export_to_dot(text, *arrays)
+        found = [label.split(" ")[0] for label in _PRIMITIVE.findall(text.getvalue())]
+        self.by_primitive.update(found)
+        return len(found)
+
+    def _waited(self, *trees) -> None:
+        """A call that returns once ``trees`` are computed: the host waits
+        if they hold work, or if work was queued since its last wait (the
+        device runs it in order); reading arrays already computed is no wait."""
+        if self._walk(*trees) or self._queued:
+            self.syncs += 1
+        self._queued = False
 
     def __enter__(self) -> GraphCost:
         module_eval, async_eval = mx.eval, mx.async_eval
@@ -62,18 +77,16 @@ class GraphCost:
         self._originals = {"eval": module_eval, "async_eval": async_eval, **methods}
 
         def counted_eval(*trees):
-            self._walk(*trees)
-            self.syncs += 1
+            self._waited(*trees)
             return module_eval(*trees)
 
         def counted_async_eval(*trees):
-            self._walk(*trees)
+            self._queued = self._walk(*trees) > 0 or self._queued
             return async_eval(*trees)
 
         def counted(method):
             def read(array, *args, **kwargs):
-                self._walk(array)
-                self.syncs += 1
+                self._waited(array)
                 return method(array, *args, **kwargs)
 
             return read

@@ -33,6 +33,7 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
 
 from ..families.moss_nano.codec import DecoderState, decode_together
 from ..families.moss_nano.codec_math import EXACT
+from ..families.moss_nano.quantizer import QuantizerLookup
 from .kernels import Kernels, host_view, trust_chained_shapes
 from .library import ExactActivations
 
@@ -95,40 +96,6 @@ class _Stage:
         )
 
 
-class _Quantizer:
-    """``ResidualLFQ.decode_codes`` with each weight-normalized projection's
-    weight computed once (mlx-audio computes it at every call: most of a
-    one-frame lookup), the same operations otherwise."""
-
-    def __init__(self, quantizer):
-        def projection(convolution) -> tuple[mx.array, mx.array]:
-            weight = convolution._source_layout_weight().transpose(0, 2, 1)
-            return weight, convolution.bias
-
-        self._quantizers = quantizer.quantizers
-        self._lookups = [projection(each.out_proj) for each in quantizer.quantizers]
-        self._output = projection(quantizer.output_proj)
-        self._width = quantizer.rvq_dim
-        mx.eval(self._lookups, self._output)
-
-    def decode(self, codes: mx.array) -> mx.array:
-        """``[quantizers, 1, steps]`` codes → ``[1, channels, steps]``."""
-        total = mx.zeros((codes.shape[1], self._width, codes.shape[2]), dtype=mx.float32)
-        for index, (lookup, projection) in enumerate(
-            zip(self._quantizers[: codes.shape[0]], self._lookups, strict=False)
-        ):
-            vectors = lookup.codebook(codes[index]).transpose(0, 2, 1).astype(mx.float32)
-            total = total + _projected(vectors, projection).astype(mx.float32)
-        return _projected(total, self._output).astype(mx.float32)
-
-
-def _projected(x: mx.array, projection: tuple[mx.array, mx.array]) -> mx.array:
-    """``WNConv1d.__call__`` (``x``: ``[1, channels, steps]``) with its weight
-    already computed."""
-    weight, bias = projection
-    return (mx.conv1d(x.transpose(0, 2, 1), weight) + bias).transpose(0, 2, 1)
-
-
 class _History:
     """One request's keys and values of one layer, ``[heads, capacity, dim]``,
     their first ``kept`` positions."""
@@ -183,7 +150,7 @@ class HostDecoder:
         self._n_vq = n_vq
         self._kernels = kernels
         self.fast = fast
-        self._quantizer = _Quantizer(codec.quantizer)
+        self._quantizer = QuantizerLookup(codec.quantizer)
         self._stages = [
             _Stage(stage, kernels) if isinstance(stage, ProjectedTransformer) else None
             for stage in codec.decoder

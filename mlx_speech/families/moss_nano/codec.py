@@ -32,6 +32,7 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
 )
 
 from .codec_math import EXACT, CodecMath
+from .quantizer import QuantizerLookup
 
 
 def samples_per_frame(codec: MossAudioTokenizer) -> int:
@@ -62,12 +63,13 @@ class MlxDecoder:
         self._codec = codec
         self._n_vq = n_vq
         self._numerics = numerics
+        self._lookup = QuantizerLookup(codec.quantizer)
 
     def state(self, channels: int = 1) -> DecoderState:
         return DecoderState(self._codec, channels)
 
     def decode_together(self, work: list[tuple[DecoderState, list[mx.array]]]) -> list:
-        audio = decode_together(self._codec, self._n_vq, work, self._numerics)
+        audio = decode_together(self._codec, self._n_vq, work, self._numerics, self._lookup)
         mx.eval(audio)
         return audio
 
@@ -77,12 +79,15 @@ def decode_together(
     n_vq: int,
     work: list[tuple[DecoderState, list[mx.array]]],
     numerics: CodecMath = EXACT,
+    lookup: QuantizerLookup | None = None,
 ) -> list[mx.array]:
     """Decode each request's frames (``[n_vq]`` codes each), which follow that
     request's previous call → per request its audio, ``[samples, channels]``
-    (lazy), with the GELU and attention of ``numerics``."""
+    (lazy), with the GELU and attention of ``numerics``; the quantizer's
+    weights from ``lookup`` when given, else built for this call."""
+    lookup = lookup or QuantizerLookup(codec.quantizer)
     codes = mx.stack([frame for _, frames in work for frame in frames])  # [steps, n_vq]
-    hidden = codec.quantizer.decode_codes(codes[:, :n_vq].T[:, None, :].astype(mx.int32))
+    hidden = lookup.decode(codes[:, :n_vq].T[:, None, :].astype(mx.int32))
     lengths = [len(frames) for _, frames in work]
     for index, stage in enumerate(codec.decoder):
         if isinstance(stage, PatchedPretransform):

@@ -40,6 +40,9 @@ def test_gpu_check_runs_on_the_cpu_and_finds_parity(speaking_dir, tmp_path):
     assert results["frame_cost"]["syncs"] == 1.0
     assert results["frame_cost"]["computing"] > 0
     assert results["frame_cost"]["host_build_ms"] > 0
+    streamed = results["streamed_frame_cost"]
+    assert streamed["frames"] == 32 and streamed["computing"] > 0
+    assert 1.0 < streamed["syncs"] <= 1.2
     speed = results["speed"]
     assert speed["steady_ms_per_frame_ours"] > 0 and speed["first_audio_s"] > 0
     assert results["many_streams"]["streams"] == 3
@@ -60,6 +63,15 @@ def test_graph_cost_counts_what_each_evaluation_runs(monkeypatch):
         assert total.tolist() == [[4.0], [12.0]]
     assert cost.by_primitive == {"Add": 1, "Multiply": 1, "Reshape": 1}
     assert (cost.computing, cost.syncs) == (2, 1)  # the reshape is a view
+
+    with GraphCost() as reads:
+        assert total.tolist() == [[4.0], [12.0]]  # computed already: no wait
+        mx.eval(total)
+        doubled = total * 2
+        mx.async_eval(doubled)
+        mx.eval(a)  # nothing of its own, but the device runs what was queued first
+        assert doubled.tolist() == [[8.0], [24.0]]
+    assert (reads.computing, reads.syncs) == (1, 1)
     assert (mx.eval, mx.async_eval, mx.array.tolist) == originals
 
     with BuildTime() as build:
