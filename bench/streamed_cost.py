@@ -36,12 +36,13 @@ def streamed_cost(service, text: str, first: int = 8, last: int = 40):
             counting = True
         if output is not None:
             output.batch.flush(1)
-            output.result()  # the chunk as its listener gets it
         if item.batch is frames_batch:
             item.batch.flush(1)
             frames += 1
         elif output is None or item.batch is not output.batch:
             item.batch.flush(1)
+        if output is not None:
+            output.result()  # the chunk as its listener gets it
         if frames == last:
             break
     if counting:

@@ -59,7 +59,9 @@ class CodecDecoder(Protocol):
 
     def decode_together(self, work: list) -> list:
         """``[(state, frames)]`` → each request's audio, evaluated,
-        ``[samples, codec channels]``."""
+        ``[samples, codec channels]``. (A decoder that queues work on a
+        device may also offer ``queue_together``: the same audio, queued
+        and not waited for, as ``codec.MlxDecoder`` does.)"""
 
 
 class Accelerator(Protocol):

@@ -18,6 +18,8 @@ never wait. Which frames make a chunk is unchanged: only when it is decoded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mlx.core as mx
 
 from ...engine.batching import DeferredOutput
@@ -37,6 +39,15 @@ class FrameBatch:
     def __init__(self, stepper: FrameStep):
         self._stepper = stepper
         self._waiting: list[FrameJob] = []
+        self._after_steps: list[Callable[[], None]] = []
+
+    @property
+    def has_waiting(self) -> bool:
+        return bool(self._waiting)
+
+    def after_steps(self, call: Callable[[], None]) -> None:
+        """Have ``call`` run after each flush's steps, failed or not."""
+        self._after_steps.append(call)
 
     def submit(self, job: FrameJob) -> None:
         self._waiting.append(job)
@@ -44,25 +55,48 @@ class FrameBatch:
     def flush(self, max_batch: int) -> list[int]:
         waiting, self._waiting = self._waiting, []
         sizes = []
-        for group in _groups(waiting, max_batch):
-            try:
-                self._stepper.step(group)
-            except Exception as error:  # noqa: BLE001 - each job's reader gets it
-                for job in group:
-                    job.failure = error
-            sizes.append(len(group))
+        try:
+            for group in _groups(waiting, max_batch):
+                try:
+                    self._stepper.step(group)
+                except Exception as error:  # noqa: BLE001 - each job's reader gets it
+                    for job in group:
+                        job.failure = error
+                sizes.append(len(group))
+        finally:
+            for call in self._after_steps:
+                call()
         return sizes
 
 
 class CodecBatch:
     """Decodes through ``decoder``: MLX's (``codec.MlxDecoder``) or an
-    accelerator's."""
+    accelerator's.
 
-    def __init__(self, decoder: CodecDecoder, n_vq: int, sample_rate: int):
+    With ``frames``, the frame batch the worker flushes after this one in a
+    round, a decoder that can queue its work (``queue_together``) decodes
+    the chunks after a request's first without a wait of their own: they
+    are queued before the frame step, whose wait for its stop choices
+    covers them, and handed out right after it. A first chunk is waited for
+    and handed out at once, so first audio never waits for a step."""
+
+    def __init__(
+        self,
+        decoder: CodecDecoder,
+        n_vq: int,
+        sample_rate: int,
+        frames: FrameBatch | None = None,
+    ):
         self._decoder = decoder
         self._n_vq = n_vq
         self._sample_rate = sample_rate
-        self._waiting: list[tuple[object, list[mx.array], DeferredOutput]] = []
+        self._waiting: list[tuple[object, list[mx.array], DeferredOutput, bool]] = []
+        self._queued: list[tuple[list, list]] = []  # (group, its audio, lazy)
+        self._frames = frames
+        if frames is not None and hasattr(decoder, "queue_together"):
+            frames.after_steps(self._hand_out_queued)
+        else:
+            self._frames = None
 
     def state(self, channels: int = 1):
         """A new request's place in the decoder."""
@@ -81,10 +115,11 @@ class CodecBatch:
         waiting = sum(len(item[1]) for item in self._waiting)
         return waiting + frames <= FRAMES_PER_ROUND
 
-    def decode(self, state, frames: list[mx.array]) -> DeferredOutput:
-        """The ``Audio`` of ``frames``, once flushed."""
+    def decode(self, state, frames: list[mx.array], first: bool = True) -> DeferredOutput:
+        """The ``Audio`` of ``frames`` (``first``: a request's first chunk),
+        once flushed."""
         chunk = DeferredOutput(self)
-        self._waiting.append((state, frames, chunk))
+        self._waiting.append((state, frames, chunk, first))
         return chunk
 
     def flush(self, max_batch: int) -> list[int]:
@@ -93,22 +128,38 @@ class CodecBatch:
         batch metrics count frame steps)."""
         waiting = sorted(self._waiting, key=lambda item: len(item[1]))
         self._waiting = []
+        step_follows = self._frames is not None and self._frames.has_waiting
         for group in _decode_groups(waiting, max_batch):
+            work = [(state, frames) for state, frames, *_ in group]
+            queue = step_follows and not any(first for *_, first in group)
             try:
-                audio = self._decoder.decode_together(
-                    [(state, frames) for state, frames, _ in group]
-                )
+                if queue:
+                    self._queued.append((group, self._decoder.queue_together(work)))
+                    continue
+                audio = self._decoder.decode_together(work)
             except Exception as error:  # noqa: BLE001 - each request's reader gets it
-                for *_, chunk in group:
-                    chunk.fail(error)
+                _fail(group, error)
                 continue
-            for (state, _, chunk), samples in zip(group, audio, strict=True):
-                try:
-                    audio_out = with_channels(samples, state.channels)
-                    chunk.resolve(finite_audio(audio_out, self._sample_rate))
-                except Exception as error:  # noqa: BLE001 - only that request fails
-                    chunk.fail(error)
+            self._hand_out(group, audio)
         return []
+
+    def _hand_out_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        for group, audio in queued:
+            self._hand_out(group, audio)
+
+    def _hand_out(self, group: list, audio: list) -> None:
+        for (state, _, chunk, _), samples in zip(group, audio, strict=True):
+            try:
+                audio_out = with_channels(samples, state.channels)
+                chunk.resolve(finite_audio(audio_out, self._sample_rate))
+            except Exception as error:  # noqa: BLE001 - only that request fails
+                chunk.fail(error)
+
+
+def _fail(group: list, error: BaseException) -> None:
+    for _, _, chunk, _ in group:
+        chunk.fail(error)
 
 
 def _decode_groups(waiting: list, max_batch: int) -> list[list]:

@@ -60,12 +60,13 @@ def attention_inputs(
     rotation: Rotation | None,
     heads: int,
     eps: float,
-) -> tuple[mx.array, mx.array, mx.array]:
-    """``ln_1`` and ``c_attn`` of ``x`` (``[batch, rows, width]``) → queries,
-    keys, values as ``[batch, rows, heads, head_dim]``, queries and keys
-    rotated when the block uses RoPE."""
+) -> tuple[mx.array, mx.array]:
+    """``ln_1`` and ``c_attn`` of ``x`` (``[batch, rows, width]``) → queries
+    (``[batch, rows, heads, head_dim]``) and keys and values side by side
+    (``[batch, rows, 2, heads, head_dim]``), queries and keys rotated when
+    the block uses RoPE."""
     parts = _attention_parts(block, x, rotation, heads, eps)
-    return parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
+    return parts[:, :, 0], parts[:, :, 1:]
 
 
 def _attention_parts(

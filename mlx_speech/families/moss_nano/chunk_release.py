@@ -56,5 +56,5 @@ class ChunkRelease:
 
     def _hand_over(self) -> DeferredOutput:
         frames, self._complete = self._complete, None
-        self._handed_any = True
-        return self._decodes.decode(self._decoder, frames)
+        first, self._handed_any = not self._handed_any, True
+        return self._decodes.decode(self._decoder, frames, first)

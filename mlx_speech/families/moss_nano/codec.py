@@ -69,8 +69,15 @@ class MlxDecoder:
         return DecoderState(self._codec, channels)
 
     def decode_together(self, work: list[tuple[DecoderState, list[mx.array]]]) -> list:
-        audio = decode_together(self._codec, self._n_vq, work, self._numerics, self._lookup)
+        audio = self.queue_together(work)
         mx.eval(audio)
+        return audio
+
+    def queue_together(self, work: list[tuple[DecoderState, list[mx.array]]]) -> list:
+        """``decode_together``'s audio, queued on the device, not waited
+        for: reading it waits, unless a later wait covered it."""
+        audio = decode_together(self._codec, self._n_vq, work, self._numerics, self._lookup)
+        mx.async_eval(audio)
         return audio
 
 

@@ -113,7 +113,7 @@ def forward_rows(
     masks = spans.masks(x.dtype)
     for layer, block in enumerate(transformer.h):
         shape = settings(block)
-        queries, keys, values = variant.attention_inputs(
+        queries, keys_values = variant.attention_inputs(
             block, x, rotation, shape.heads, shape.eps
         )
         attended = _attend_spans(
@@ -121,8 +121,7 @@ def forward_rows(
             spans,
             masks,
             queries,
-            keys,
-            values,
+            keys_values,
             scale=shape.scale,
             ops=ops,
         )
@@ -135,22 +134,19 @@ def _attend_spans(
     spans: Spans,
     masks: list[mx.array | None],
     queries: mx.array,
-    keys: mx.array,
-    values: mx.array,
+    keys_values: mx.array,
     *,
     scale: float,
     ops: ArrayOps,
 ) -> mx.array:
     """Each job's rows attending over its own cache, joined back in order."""
     if len(caches) == 1:  # a lone job: no slicing and joining
-        return _attend(
-            caches[0], queries, keys, values, scale=scale, mask=masks[0], ops=ops
-        )
+        return _attend(caches[0], queries, keys_values, scale=scale, mask=masks[0], ops=ops)
     return mx.concatenate(
         [
             _attend(
                 cache,
-                *(part[:, start:end] for part in (queries, keys, values)),
+                *(part[:, start:end] for part in (queries, keys_values)),
                 scale=scale,
                 mask=mask,
                 ops=ops,
@@ -164,17 +160,17 @@ def _attend_spans(
 def _attend(
     cache: BlockKVCache,
     queries: mx.array,
-    keys: mx.array,
-    values: mx.array,
+    keys_values: mx.array,
     *,
     scale: float,
     mask: mx.array | None,
     ops: ArrayOps,
 ) -> mx.array:
-    """One job's rows (``[1, rows, heads, head_dim]``) attending over its
-    cache, which they join → ``[1, rows, width]``."""
+    """One job's rows (queries ``[1, rows, heads, head_dim]``, keys and
+    values ``[1, rows, 2, heads, head_dim]``) attending over its cache,
+    which they join → ``[1, rows, width]``."""
     history_keys, history_values = cache.update_and_fetch(
-        keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+        keys_values.transpose(2, 0, 3, 1, 4)
     )
     # A prompt's rows (masked) take ``ops``' attention where it applies; a
     # frame's one row keeps MLX's (leaving the graph would cost it a wait).

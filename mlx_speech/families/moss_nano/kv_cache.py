@@ -1,8 +1,9 @@
 """KV caches that write into preallocated blocks instead of concatenating.
 
-They plug into mlx-audio's GPT-2 attention (``offset`` and
-``update_and_fetch``); the keys and values they return are the same numbers a
-concatenating cache returns, without copying the history every step.
+Each layer keeps its keys and values side by side in one buffer, so a step
+writes both with one operation; the keys and values it returns are the
+same numbers a concatenating cache (mlx-audio's) returns, without copying
+the history every step.
 """
 
 from __future__ import annotations
@@ -19,49 +20,53 @@ def in_blocks(positions: int) -> int:
 
 class BlockKVCache:
     def __init__(self):
-        self.keys: mx.array | None = None
-        self.values: mx.array | None = None
+        self.kept: mx.array | None = None  # [2, batch, heads, capacity, head_dim]
         self.offset = 0
 
-    def update_and_fetch(
-        self, keys: mx.array, values: mx.array
-    ) -> tuple[mx.array, mx.array]:
-        start, end = self.offset, self.offset + keys.shape[2]
-        if self.keys is None or end > self.keys.shape[2]:
-            self._grow(keys, values, end)
-        self.keys[..., start:end, :] = keys
-        self.values[..., start:end, :] = values
-        self.offset = end
-        return self.keys[..., :end, :], self.values[..., :end, :]
+    @property
+    def keys(self) -> mx.array | None:
+        return None if self.kept is None else _halves(self.kept)[0]
 
-    def _grow(self, keys: mx.array, values: mx.array, needed: int) -> None:
-        size = in_blocks(needed)
-        batch, heads, _, dim = keys.shape
-        grown_keys = mx.zeros((batch, heads, size, dim), keys.dtype)
-        grown_values = mx.zeros((batch, heads, size, values.shape[3]), values.dtype)
-        if self.keys is not None and self.offset:
-            grown_keys[..., : self.offset, :] = self.keys[..., : self.offset, :]
-            grown_values[..., : self.offset, :] = self.values[..., : self.offset, :]
-        self.keys, self.values = grown_keys, grown_values
+    @property
+    def values(self) -> mx.array | None:
+        return None if self.kept is None else _halves(self.kept)[1]
+
+    def update_and_fetch(self, keys_values: mx.array) -> tuple[mx.array, mx.array]:
+        """New positions' keys and values (``[2, batch, heads, rows,
+        head_dim]``) → the keys and values of every position so far."""
+        start, end = self.offset, self.offset + keys_values.shape[3]
+        if self.kept is None or end > self.kept.shape[3]:
+            self._grow(keys_values, end)
+        self.kept[..., start:end, :] = keys_values
+        self.offset = end
+        return _halves(self.kept[..., :end, :])
+
+    def _grow(self, keys_values: mx.array, needed: int) -> None:
+        two, batch, heads, _, dim = keys_values.shape
+        grown = mx.zeros((two, batch, heads, in_blocks(needed), dim), keys_values.dtype)
+        if self.kept is not None and self.offset:
+            grown[..., : self.offset, :] = self.kept[..., : self.offset, :]
+        self.kept = grown
+
+
+def _halves(kept: mx.array) -> tuple[mx.array, mx.array]:
+    """Keys and values, views of ``kept`` (split, not indexed: indexing the
+    first axis would copy)."""
+    keys, values = (half.squeeze(0) for half in mx.split(kept, 2))
+    return keys, values
 
 
 def block_caches(layers: int) -> list[BlockKVCache]:
     return [BlockKVCache() for _ in range(layers)]
 
 
-Snapshot = list[tuple[mx.array, mx.array]]
+Snapshot = list[mx.array]
 
 
 def snapshot(caches: list[BlockKVCache]) -> Snapshot:
     """The filled part of each layer's keys and values, evaluated, in arrays
     of their own (a slice would keep the whole block-sized buffer alive)."""
-    taken = [
-        (
-            mx.contiguous(c.keys[..., : c.offset, :]),
-            mx.contiguous(c.values[..., : c.offset, :]),
-        )
-        for c in caches
-    ]
+    taken = [mx.contiguous(cache.kept[..., : cache.offset, :]) for cache in caches]
     mx.eval(taken)
     return taken
 
@@ -69,12 +74,12 @@ def snapshot(caches: list[BlockKVCache]) -> Snapshot:
 def restore(taken: Snapshot) -> list[BlockKVCache]:
     """Caches that continue from a snapshot (which later writes leave untouched)."""
     caches = []
-    for keys, values in taken:
+    for kept in taken:
         cache = BlockKVCache()
-        cache.keys, cache.values, cache.offset = keys, values, keys.shape[2]
+        cache.kept, cache.offset = kept, kept.shape[3]
         caches.append(cache)
     return caches
 
 
 def snapshot_bytes(taken: Snapshot) -> int:
-    return sum(keys.nbytes + values.nbytes for keys, values in taken)
+    return sum(kept.nbytes for kept in taken)

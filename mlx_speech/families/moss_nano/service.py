@@ -97,7 +97,9 @@ class MossNanoService(SpeechService):
         self._codec = codec
         self._ops = parts.ops
         self._batch = FrameBatch(parts.stepper)
-        self._decodes = CodecBatch(parts.decoder, model.config.n_vq, int(codec.sample_rate))
+        self._decodes = CodecBatch(
+            parts.decoder, model.config.n_vq, int(codec.sample_rate), frames=self._batch
+        )
         self.backend = parts.backend
         self._codec_id = codec_id
         self._references = ByteBoundedLRU()  # clip key → codes

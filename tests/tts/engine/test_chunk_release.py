@@ -109,3 +109,58 @@ def test_a_burst_spreads_its_chunk_decodes_across_rounds(speaking_tts, monkeypat
     for heard, alone in zip(result["heard"], result["alone"], strict=True):
         assert heard.shape == alone.shape
         np.testing.assert_allclose(heard, alone, atol=1e-6)
+
+
+def _chunks_around_a_step(tts) -> dict:
+    """Worker thread: a request's first chunk, a later one and a last one
+    through a ``CodecBatch`` tied to a ``FrameBatch``, flushed in the
+    worker's order; which of them were handed out before the frame step."""
+    import mlx.core as mx
+
+    from mlx_speech.families.moss_nano.batch import FrameBatch
+    from mlx_speech.families.moss_nano.loop import FrameJob, FrameSampling
+    from mlx_speech.families.moss_nano.sampling import GREEDY_HEAD, KeySequence
+
+    service = tts._service
+    model, decoder = service._model, service._decodes._decoder
+    steps = FrameBatch(service._batch._stepper)
+    decodes = CodecBatch(decoder, model.config.n_vq, service.sample_rate, frames=steps)
+    prompt, _ = model.build_inference_input_ids(
+        text="Hello.", tokenizer=model.tokenizer, mode="continuation"
+    )
+    job = FrameJob(
+        model, prompt, FrameSampling(GREEDY_HEAD, GREEDY_HEAD, 1.0, 50), KeySequence(0)
+    )
+    rng = np.random.default_rng(5)
+    chunks = [
+        [mx.array(rng.integers(0, 64, (model.config.n_vq,)), dtype=mx.int32)] * size
+        for size in (1, 2, 1)
+    ]
+    state, handed_before_step, outputs = decodes.state(), [], []
+    for index, chunk in enumerate(chunks):
+        output = decodes.decode(state, chunk, first=index == 0)
+        step_follows = index < 2
+        if step_follows:
+            steps.submit(job)
+        decodes.flush(8)
+        handed_before_step.append(output.done)
+        if step_follows:
+            steps.flush(8)
+        outputs.append(output.result().samples)
+    alone_state = decoder.state()
+    alone = [
+        with_channels(decoder.decode_together([(alone_state, chunk)])[0], 1)
+        for chunk in chunks
+    ]
+    return {"before_step": handed_before_step, "heard": outputs, "alone": alone}
+
+
+def test_a_later_chunk_shares_the_frame_steps_wait_through_mlx(speaking_tts, nano_backend):
+    """Through MLX a later chunk is queued before the frame step and handed
+    out after it, with no wait of its own; a first chunk, and a chunk with
+    no step after it, are handed out at once. The host decoder computes on
+    the host and hands every chunk out at once. The audio is the same."""
+    result = shared_engine().call(lambda: _chunks_around_a_step(speaking_tts))
+    assert result["before_step"] == [True, nano_backend != "mlx", True]
+    for heard, alone in zip(result["heard"], result["alone"], strict=True):
+        np.testing.assert_array_equal(heard, alone)

@@ -42,7 +42,7 @@ def test_gpu_check_runs_on_the_cpu_and_finds_parity(speaking_dir, tmp_path):
     assert results["frame_cost"]["host_build_ms"] > 0
     streamed = results["streamed_frame_cost"]
     assert streamed["frames"] == 32 and streamed["computing"] > 0
-    assert 1.0 < streamed["syncs"] <= 1.2
+    assert streamed["syncs"] == 1.0
     speed = results["speed"]
     assert speed["steady_ms_per_frame_ours"] > 0 and speed["first_audio_s"] > 0
     assert results["many_streams"]["streams"] == 3

@@ -43,8 +43,8 @@ def test_a_streamed_frame_waits_once_and_costs_less_than_mlx_audios(on_the_cpu):
     rows = on_the_cpu["rows"]
     assert rows[STREAMED]["frames"] == 32
     assert rows["our greedy step"]["syncs"] == 1.0
-    # one wait a frame for the stop choice, and one a decoded chunk
-    assert 1.0 < rows[STREAMED]["syncs"] <= 1.2
+    # one wait a frame, for its stop choice, which a later chunk's decode shares
+    assert rows[STREAMED]["syncs"] == 1.0
     assert rows[STREAMED]["computing"] < rows[THEIRS]["computing"]
     assert on_the_cpu["ratio"] == pytest.approx(
         rows[STREAMED]["computing"] / rows[THEIRS]["computing"]
