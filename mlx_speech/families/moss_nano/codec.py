@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache, partial
 
 import mlx.core as mx
 import numpy as np
 from mlx_audio.codec import MossAudioTokenizer
 from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
     AttentionStepCache,
+    LayerScale,
     MultiheadAttention,
     PatchedPretransform,
     ProjectedTransformer,
     TransformerLayer,
-    _apply_rope,
 )
 
 from .codec_math import EXACT, CodecMath
@@ -200,13 +201,25 @@ def _layer_step(
         ],
         axis=1,
     )
-    x = x + layer.layer_scale_1(attention.out_proj(mixed))
+    x = _residual(x, layer.layer_scale_1, attention.out_proj(mixed))
     return _feed_forward(layer, x, numerics)
 
 
 def _feed_forward(layer: TransformerLayer, x: mx.array, numerics: CodecMath) -> mx.array:
     inner = numerics.gelu(layer.ffn[0](layer.norm2(x)))
-    return x + layer.layer_scale_2(layer.ffn[2](inner))
+    return _residual(x, layer.layer_scale_2, layer.ffn[2](inner))
+
+
+def _residual(x: mx.array, layer_scale, update: mx.array) -> mx.array:
+    """``x + layer_scale(update)``, in one pass where the layer scales."""
+    if isinstance(layer_scale, LayerScale):
+        return _scaled_sum(x, layer_scale.scale, update)
+    return x + layer_scale(update)
+
+
+@partial(mx.compile, shapeless=True)
+def _scaled_sum(x: mx.array, scale: mx.array, update: mx.array) -> mx.array:
+    return x + scale * update
 
 
 def _transformer_whole(
@@ -228,7 +241,7 @@ def _transformer_whole(
         attention = layer.self_attn
         qkv = attention.in_proj(layer.norm1(x))
         attended = _attend_whole(attention, qkv, mask, padding, numerics)
-        x = x + layer.layer_scale_1(attention.out_proj(attended))
+        x = _residual(x, layer.layer_scale_1, attention.out_proj(attended))
         x = _feed_forward(layer, x, numerics)
     return stage.output_proj(x).transpose(0, 2, 1)
 
@@ -255,12 +268,49 @@ def _heads(
     head_dim]``; queries and keys rotated from position ``offset`` when the
     attention uses RoPE."""
     parts = qkv.reshape(1, qkv.shape[1], 3, attention.num_heads, attention.head_dim)
-    queries, keys, values = (parts[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
     if attention.use_rope:
-        queries, keys = _apply_rope(
-            queries, keys, max_period=attention.max_period, offset=offset
-        )
-    return queries, keys, values
+        rotated = _rotated(parts[:, :, :2], offset, attention.max_period)
+        queries, keys = (rotated[:, :, i].transpose(0, 2, 1, 3) for i in range(2))
+    else:
+        queries, keys = (parts[:, :, i].transpose(0, 2, 1, 3) for i in range(2))
+    return queries, keys, parts[:, :, 2].transpose(0, 2, 1, 3)
+
+
+def _rotated(queries_keys: mx.array, offset: int, max_period: float) -> mx.array:
+    """mlx-audio's ``_apply_rope`` of queries and keys side by side
+    (``[1, steps, 2, heads, head_dim]``) in one element-wise pass: each pair
+    ``(r, i)`` becomes ``(r·cos − i·sin, r·sin + i·cos)``, here the pair
+    times ``cos`` plus its reversed view times ``(-1, 1)`` times ``sin`` (the
+    same numbers)."""
+    _, steps, _, _, dim = queries_keys.shape
+    pairs = queries_keys.reshape(*queries_keys.shape[:-1], dim // 2, 2)
+    positions = mx.arange(offset, offset + steps, dtype=mx.float32)
+    signs = mx.array([-1, 1], dtype=pairs.dtype)
+    rotated = _rotated_pairs(
+        pairs,
+        pairs[..., ::-1],
+        positions.reshape(1, steps, 1, 1, 1, 1),
+        _frequencies(dim, max_period),
+        signs,
+    )
+    return rotated.reshape(queries_keys.shape)
+
+
+@lru_cache(maxsize=8)
+def _frequencies(dim: int, max_period: float) -> mx.array:
+    """``_apply_rope``'s frequencies, ``[dim / 2, 1]``, computed once."""
+    exponents = mx.arange(dim // 2, dtype=mx.float32)
+    frequencies = mx.exp(exponents * (-math.log(float(max_period)) * 2.0 / dim))
+    mx.eval(frequencies)
+    return frequencies.reshape(dim // 2, 1)
+
+
+@partial(mx.compile, shapeless=True)  # element-wise: no retrace per shape
+def _rotated_pairs(
+    pairs: mx.array, reversed_pairs: mx.array, positions: mx.array, frequencies, signs
+) -> mx.array:
+    phase = positions * frequencies
+    return pairs * mx.cos(phase) + (reversed_pairs * signs) * mx.sin(phase)
 
 
 def _merged(out: mx.array) -> mx.array:

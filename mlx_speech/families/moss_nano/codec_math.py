@@ -101,7 +101,7 @@ def codec_math(ops: ArrayOps = MLX_OPS, fast: bool = False) -> CodecMath:
         accelerated = ops.takes("gelu_erf", x)
         if accelerated is not None:
             return accelerated(x)
-        return in_halves(_rational_gelu if fast else _exact_gelu, -1, x)
+        return in_halves(_rational_gelu if fast else _exact_gelu_fused, -1, x)
 
     def attention(queries, keys, values, scale, mask):
         accelerated = ops.takes("attention", queries)
@@ -153,6 +153,9 @@ def _horner(coefficients: tuple[float, ...], x: mx.array) -> mx.array:
     for coefficient in reversed(coefficients[:-1]):
         total = total * x + coefficient
     return total
+
+
+_exact_gelu_fused = mx.compile(_exact_gelu, shapeless=True)  # the same numbers
 
 
 @partial(mx.compile, shapeless=True)
