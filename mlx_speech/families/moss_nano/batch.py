@@ -91,12 +91,11 @@ class CodecBatch:
         self._n_vq = n_vq
         self._sample_rate = sample_rate
         self._waiting: list[tuple[object, list[mx.array], DeferredOutput, bool]] = []
-        self._queued: list[tuple[list, list]] = []  # (group, its audio, lazy)
-        self._frames = frames
-        if frames is not None and hasattr(decoder, "queue_together"):
+        self._queued: list[tuple[list, list]] = []  # (group, its audio: queued, unread)
+        queues = frames is not None and hasattr(decoder, "queue_together")
+        self._frames = frames if queues else None
+        if queues:
             frames.after_steps(self._hand_out_queued)
-        else:
-            self._frames = None
 
     def state(self, channels: int = 1):
         """A new request's place in the decoder."""

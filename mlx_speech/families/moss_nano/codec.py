@@ -301,8 +301,9 @@ def _frequencies(dim: int, max_period: float) -> mx.array:
     """``_apply_rope``'s frequencies, ``[dim / 2, 1]``, computed once."""
     exponents = mx.arange(dim // 2, dtype=mx.float32)
     frequencies = mx.exp(exponents * (-math.log(float(max_period)) * 2.0 / dim))
-    mx.eval(frequencies)
-    return frequencies.reshape(dim // 2, 1)
+    frequencies = frequencies.reshape(dim // 2, 1)
+    mx.eval(frequencies)  # so any thread may use it
+    return frequencies
 
 
 @partial(mx.compile, shapeless=True)  # element-wise: no retrace per shape
