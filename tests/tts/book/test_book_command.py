@@ -21,25 +21,17 @@ from mlx_speech.cli.main import main
 from mlx_speech.request import SpeechRequest
 from tests.tts.support.cli import MLX_SPEECH, run
 from tests.tts.support.full_disk import fill_after
+from tests.tts.support.markdown_book import CHAPTERS, markdown_book
 from tests.tts.support.probe import probed
 
 pytestmark = pytest.mark.slow  # the installed command, in subprocesses
 
 SHORT = ("--max-new-tokens", "3", "--seed", "5")
 RATE = 48000
-CHAPTERS = ("Arrival", "The Long Night", "Home")
 
 
 def _book(path, sentences_per_chapter: int = 3):
-    lines = ["---", "title: A Short Book", "author: A. Writer", "---", ""]
-    for number, title in enumerate(CHAPTERS, start=1):
-        lines += [f"# {title}", ""]
-        lines += [
-            f"Sentence {n} of part {number} is here."
-            for n in range(1, 1 + sentences_per_chapter)
-        ]
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
+    path.write_text(markdown_book(sentences_per_chapter), encoding="utf-8")
     return path
 
 

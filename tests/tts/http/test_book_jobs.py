@@ -19,7 +19,9 @@ from mlx_speech.http.openapi import openapi_document
 from mlx_speech.http.speech_request import RequestRules
 from mlx_speech.server import ServerSettings
 from mlx_speech.serving import books as books_module
+from tests.tts.support.field_reads import FieldReads
 from tests.tts.support.full_disk import fill_after
+from tests.tts.support.markdown_book import CHAPTERS, markdown_book
 from tests.tts.support.probe import probed
 from tests.tts.support.server import RunningServer
 
@@ -29,22 +31,7 @@ KEY = "s3cret"
 SHORT = {"max_new_tokens": 3, "seed": 5}
 LONG = {"max_new_tokens": 100, "seed": 5}  # seconds a job: long enough to catch it
 AAC_FRAME_SECONDS = 1024 / 48000
-CHAPTERS = ("Arrival", "The Long Night", "Home")
-
-
-def _markdown(sentences_per_chapter: int = 2) -> str:
-    lines = ["---", "title: A Short Book", "author: A. Writer", "---", ""]
-    for number, title in enumerate(CHAPTERS, start=1):
-        lines += [f"# {title}", ""]
-        lines += [
-            f"Sentence {n} of part {number} is here."
-            for n in range(1, 1 + sentences_per_chapter)
-        ]
-        lines.append("")
-    return "\n".join(lines)
-
-
-LONG_BOOK = _markdown(sentences_per_chapter=13)  # 3 headings and 39 sentences: 42
+LONG_BOOK = markdown_book(13)  # 3 headings and 39 sentences: 42
 
 
 def _settings(speaking_dir, tmp_path_factory, **changes) -> ServerSettings:
@@ -97,9 +84,8 @@ def _seconds(clock: str) -> float:
 
 
 def test_a_markdown_text_becomes_a_chaptered_audiobook_with_captions(client, tmp_path):
-    created = client.post(
-        "/v1/audio/books", json={"input": _markdown(), "input_format": "markdown", **SHORT}
-    )
+    body = {"input": markdown_book(2), "input_format": "markdown", **SHORT}
+    created = client.post("/v1/audio/books", json=body)
     assert created.status_code == 202, created.text
     job = created.json()
     assert created.headers["location"] == f"/v1/audio/books/{job['id']}"
@@ -137,7 +123,7 @@ def test_a_markdown_text_becomes_a_chaptered_audiobook_with_captions(client, tmp
 def test_an_uploaded_book_file_is_read_by_its_name(client, tmp_path):
     created = client.post(
         "/v1/audio/books",
-        files={"file": ("story.md", _markdown(1).encode(), "text/markdown")},
+        files={"file": ("story.md", markdown_book(1).encode(), "text/markdown")},
         data={"response_format": "mp3", "title": "My Story", **SHORT},
     )
     assert created.status_code == 202, created.text
@@ -370,7 +356,7 @@ def test_a_full_disk_fails_the_job_and_keeps_what_was_spoken(
     fill_after(monkeypatch, kept=4)
     settings = _settings(speaking_dir, tmp_path_factory)
     with RunningServer(settings) as running, _client(running) as client:
-        body = {"input": _markdown(), "input_format": "markdown", **SHORT}
+        body = {"input": markdown_book(2), "input_format": "markdown", **SHORT}
         job = client.post("/v1/audio/books", json=body).json()
         failed = _wait(client, job["id"], lambda job: job["status"] == "failed")
         assert failed["error"] == (
@@ -401,24 +387,8 @@ def test_a_full_disk_while_keeping_a_new_book_makes_no_job(server, client, monke
     assert not [entry for entry in folder.iterdir() if entry.name.startswith(".pending")]
 
 
-class _Reads(dict):
-    """A body that records which fields the parser looks at."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.read: set[str] = set()
-
-    def get(self, key, default=None):
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self.read.add(key)
-        return super().__getitem__(key)
-
-
 def test_the_described_fields_are_those_the_parser_reads():
-    body = _Reads(input="Hi.")
+    body = FieldReads(input="Hi.")
     parse_book_request(body, RequestRules(max_ref_bytes=1000))
     document = openapi_document(ServerSettings(model="tiny"))
     content = document["paths"]["/v1/audio/books"]["post"]["requestBody"]["content"]

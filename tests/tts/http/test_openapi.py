@@ -18,6 +18,7 @@ from websockets.sync.client import connect
 from mlx_speech.http.app import ROUTES
 from mlx_speech.http.speech_request import RequestRules, parse_speech_request
 from mlx_speech.server import ServerSettings
+from tests.tts.support.field_reads import FieldReads
 from tests.tts.support.server import RunningServer, assert_speaks
 
 pytestmark = pytest.mark.slow  # a real server, fuzzed
@@ -59,28 +60,8 @@ def test_every_route_is_described(document):
     assert described == served
 
 
-class _Reads(dict):
-    """A body that records which fields the parser looks at."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.read: set[str] = set()
-
-    def get(self, key, default=None):
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key):
-        self.read.add(key)
-        return super().__contains__(key)
-
-
 def test_the_described_fields_are_the_fields_the_parser_reads(document):
-    body = _Reads(input="Hello.")
+    body = FieldReads(input="Hello.")
     rules = RequestRules(max_ref_bytes=1000)
     parse_speech_request(body, rules)
     assert set(_speech_fields(document)) == body.read
