@@ -280,15 +280,9 @@ def streamed_frame_cost(tts) -> dict:
     """Kernels (computing primitives) and host syncs per frame of a streamed
     greedy request's frames 8 to 40, its chunks' decoding included
     (``kernel_count``'s row; on a GPU, of the graph it runs)."""
-    from streamed_cost import streamed_cost
+    from streamed_cost import streamed_frame_cost as of_service
 
-    streamed_cost(tts._service, TEXT, first=2, last=4)  # the prompt prefix cached
-    cost, frames = streamed_cost(tts._service, TEXT)
-    return {
-        "computing": round(cost.computing / frames, 1),
-        "syncs": round(cost.syncs / frames, 3),
-        "frames": frames,
-    }
+    return of_service(tts._service, TEXT)
 
 
 def main() -> None:

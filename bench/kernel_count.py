@@ -130,7 +130,7 @@ def counts(checkpoint: Path) -> dict:
         _their_decode_cost,
         _their_step_cost,
     )
-    from streamed_cost import streamed_cost
+    from streamed_cost import per_frame, streamed_frame_cost
 
     from mlx_speech.families import LoadOptions
     from mlx_speech.families.moss_nano.loop import MlxFrameStep
@@ -141,25 +141,19 @@ def counts(checkpoint: Path) -> dict:
     stepper = MlxFrameStep(model, service._ops)
     made = _made_frames(model, stepper)
     theirs = load_model(checkpoint)
-    streamed_cost(service, TEXT, first=2, last=4)  # the prompt prefix cached
     _their_step_cost(theirs, frames=2)  # its first frames build what they keep
+    rows = {
+        "our greedy step": per_frame(*_step_cost(model, stepper, greedy=True)[:2]),
+        "our streamed frame (8 to 40)": streamed_frame_cost(service, TEXT),
+    }
     pieces = {
-        "our greedy step": _step_cost(model, stepper, greedy=True)[:2],
-        "our streamed frame (8 to 40)": streamed_cost(service, TEXT),
         "our decode, first chunk (1 frame)": _decode_cost(decoder, made[:1])[:2],
         "our decode, 16-frame chunk": _decode_cost(decoder, made)[:2],
         "mlx-audio's greedy step": _their_step_cost(theirs)[:2],
         "mlx-audio's decode of 1 frame": _their_decode_cost(theirs, made[:1])[:2],
         "mlx-audio's decode of 16 frames": _their_decode_cost(theirs, made)[:2],
     }
-    rows = {
-        name: {
-            "computing": round(cost.computing / frames, 1),
-            "syncs": round(cost.syncs / frames, 3),
-            "frames": frames,
-        }
-        for name, (cost, frames) in pieces.items()
-    }
+    rows |= {name: per_frame(cost, frames) for name, (cost, frames) in pieces.items()}
     step, decode = rows["mlx-audio's greedy step"], rows["mlx-audio's decode of 16 frames"]
     rows["mlx-audio's frame with its decode"] = {
         key: round(step[key] + decode[key], 3) for key in ("computing", "syncs")

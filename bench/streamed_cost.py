@@ -3,6 +3,7 @@ it: the frame steps and the chunks' codec decoding, in ``graph_cost``'s
 terms (primitives evaluated, and host syncs).
 
     cost, frames = streamed_cost(service, text, first=8, last=40)
+    streamed_frame_cost(service, text)  # the same, warmed, as a row per frame
 
 The request is greedy and runs through the service's own ``synthesize``,
 ``FrameBatch`` and ``CodecBatch``, flushed in the worker's order (the batch
@@ -48,3 +49,19 @@ def streamed_cost(service, text: str, first: int = 8, last: int = 40):
     if counting:
         cost.__exit__(None, None, None)
     return cost, max(frames - first, 0)
+
+
+def per_frame(cost, frames: int) -> dict:
+    """``cost`` over ``frames``: computing primitives and host syncs a frame."""
+    return {
+        "computing": round(cost.computing / frames, 1),
+        "syncs": round(cost.syncs / frames, 3),
+        "frames": frames,
+    }
+
+
+def streamed_frame_cost(service, text: str) -> dict:
+    """``per_frame`` of frames 8 to 40, after a first request that leaves
+    the prompt prefix cached (as a voice's requests after its first find it)."""
+    streamed_cost(service, text, first=2, last=4)
+    return per_frame(*streamed_cost(service, text))

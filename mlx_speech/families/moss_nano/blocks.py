@@ -28,6 +28,8 @@ from mlx_audio.tts.models.moss_tts_nano.gpt2 import gelu_new
 
 from .accelerator import MLX_OPS, ArrayOps
 from .halves import in_halves
+from .kv_cache import keys_and_values
+from .pair_rotation import rotate_pairs
 
 Rotation = tuple[mx.array, mx.array]  # cos, sin: broadcastable to [batch, rows, heads, dim]
 
@@ -83,15 +85,11 @@ def _attention_parts(
 def _rotated(parts: mx.array, rotation: Rotation) -> mx.array:
     """mlx-audio's RoPE, ``x * cos + rotate_half(x) * sin``, of the queries
     and keys in ``parts`` (``[batch, rows, 3, heads, head_dim]``), the values
-    selected unchanged, in one element-wise pass. ``rotate_half`` turns each
-    pair ``(a, b)`` into ``(-b, a)``: here a reversed view of the pair times
-    ``(-1, 1)`` (the same numbers), in place of a negation and a
-    concatenation per tensor."""
+    selected unchanged, in one element-wise pass (``rotate_pairs``)."""
     *outer, size = parts.shape
     pairs = parts.reshape(*outer, size // 2, 2)
     cos, sin = (table.reshape(*table.shape[:2], 1, 1, size // 2, 2) for table in rotation)
-    signs = mx.array([-1, 1], dtype=pairs.dtype)
-    turned = (pairs * cos) + ((pairs[..., ::-1] * signs) * sin)
+    turned = rotate_pairs(pairs, pairs[..., ::-1], cos, sin)
     is_value = mx.array([False, False, True]).reshape(1, 1, 3, 1, 1, 1)
     return mx.where(is_value, pairs, turned).reshape(parts.shape)
 
@@ -166,7 +164,7 @@ def _attend_position(
     kept = parts[:, :, 1:].transpose(2, 0, 3, 1, 4)  # [2, batch, heads, 1, head_dim]
     if history is not None:
         kept = mx.concatenate([history, kept], axis=3)
-    keys, values = (half.squeeze(0) for half in mx.split(kept, 2))  # views, not gathers
+    keys, values = keys_and_values(kept)
     attended = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale)
     batch, heads, rows, size = attended.shape
     return attended.transpose(0, 2, 1, 3).reshape(batch, rows, heads * size), kept

@@ -33,6 +33,7 @@ from mlx_audio.codec.models.moss_audio_tokenizer.moss_audio_tokenizer import (
 )
 
 from .codec_math import EXACT, CodecMath
+from .pair_rotation import rotate_pairs
 from .quantizer import QuantizerLookup
 
 
@@ -278,20 +279,16 @@ def _heads(
 
 def _rotated(queries_keys: mx.array, offset: int, max_period: float) -> mx.array:
     """mlx-audio's ``_apply_rope`` of queries and keys side by side
-    (``[1, steps, 2, heads, head_dim]``) in one element-wise pass: each pair
-    ``(r, i)`` becomes ``(r·cos − i·sin, r·sin + i·cos)``, here the pair
-    times ``cos`` plus its reversed view times ``(-1, 1)`` times ``sin`` (the
-    same numbers)."""
+    (``[1, steps, 2, heads, head_dim]``) in one element-wise pass
+    (``rotate_pairs``)."""
     _, steps, _, _, dim = queries_keys.shape
     pairs = queries_keys.reshape(*queries_keys.shape[:-1], dim // 2, 2)
     positions = mx.arange(offset, offset + steps, dtype=mx.float32)
-    signs = mx.array([-1, 1], dtype=pairs.dtype)
     rotated = _rotated_pairs(
         pairs,
         pairs[..., ::-1],
         positions.reshape(1, steps, 1, 1, 1, 1),
         _frequencies(dim, max_period),
-        signs,
     )
     return rotated.reshape(queries_keys.shape)
 
@@ -308,10 +305,10 @@ def _frequencies(dim: int, max_period: float) -> mx.array:
 
 @partial(mx.compile, shapeless=True)  # element-wise: no retrace per shape
 def _rotated_pairs(
-    pairs: mx.array, reversed_pairs: mx.array, positions: mx.array, frequencies, signs
+    pairs: mx.array, reversed_pairs: mx.array, positions: mx.array, frequencies
 ) -> mx.array:
     phase = positions * frequencies
-    return pairs * mx.cos(phase) + (reversed_pairs * signs) * mx.sin(phase)
+    return rotate_pairs(pairs, reversed_pairs, mx.cos(phase), mx.sin(phase))
 
 
 def _merged(out: mx.array) -> mx.array:

@@ -25,11 +25,11 @@ class BlockKVCache:
 
     @property
     def keys(self) -> mx.array | None:
-        return None if self.kept is None else _halves(self.kept)[0]
+        return None if self.kept is None else keys_and_values(self.kept)[0]
 
     @property
     def values(self) -> mx.array | None:
-        return None if self.kept is None else _halves(self.kept)[1]
+        return None if self.kept is None else keys_and_values(self.kept)[1]
 
     def update_and_fetch(self, keys_values: mx.array) -> tuple[mx.array, mx.array]:
         """New positions' keys and values (``[2, batch, heads, rows,
@@ -39,7 +39,7 @@ class BlockKVCache:
             self._grow(keys_values, end)
         self.kept[..., start:end, :] = keys_values
         self.offset = end
-        return _halves(self.kept[..., :end, :])
+        return keys_and_values(self.kept[..., :end, :])
 
     def _grow(self, keys_values: mx.array, needed: int) -> None:
         two, batch, heads, _, dim = keys_values.shape
@@ -49,9 +49,9 @@ class BlockKVCache:
         self.kept = grown
 
 
-def _halves(kept: mx.array) -> tuple[mx.array, mx.array]:
-    """Keys and values, views of ``kept`` (split, not indexed: indexing the
-    first axis would copy)."""
+def keys_and_values(kept: mx.array) -> tuple[mx.array, mx.array]:
+    """Keys and values, views of ``kept`` (``[2, …]``; split, not indexed:
+    indexing the first axis would gather)."""
     keys, values = (half.squeeze(0) for half in mx.split(kept, 2))
     return keys, values
 
