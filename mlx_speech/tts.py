@@ -28,7 +28,7 @@ from .text.script import Spoken, Voicing, script_of, voice_after
 from .text.segments import TextSegmenter
 from .text.stream import AsyncTextStream, TextFeed, TextStream
 from .voices.clip_rules import check_ref_text
-from .voices.resolve import UnknownVoiceName, resolve_voice
+from .voices.resolve import UnknownTaggedVoice, UnknownVoiceName, resolve_voice
 from .voices.store import VoiceStore
 
 SpeechStream = ChunkStream | StretchedStream | PausedStream
@@ -369,7 +369,7 @@ class TTS:
         try:
             voice = self._voice(name, paths=False)
         except UnknownVoiceName as error:
-            raise InvalidRequest(error.param, str(error)) from None
+            raise UnknownTaggedVoice(error.param, str(error)) from None
         return self._service.reusable_voice(voice)
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
@@ -428,9 +428,19 @@ class TTS:
         spoken; the request's ``text``, where the caller has it whole already
         (a Wyoming ``synthesize``), is checked against the length limit now."""
         segmenter, speak, ignored = self._text_speaker(request, split)
+        if request.text:
+            self._check_text_voices(request.text)
         stream = TextStream(deltas, segmenter, speak, self.sample_rate)
         stream.ignored = ignored
         return stream
+
+    def _check_text_voices(self, text: str) -> None:
+        """Every voice ``text``'s tags or SSML name, found before any of it is
+        spoken (``UnknownTaggedVoice``)."""
+        script = script_of(text)
+        for part in script.parts if script is not None else []:
+            if isinstance(part, Spoken) and part.voicing.voice is not None:
+                self._voice_named(part.voicing.voice)
 
     def astream_text(
         self,

@@ -40,6 +40,11 @@ _MUXER_OPTIONS = {"m4b": {"brand": "M4B "}}  # the audiobook brand, not a song's
 # muxer writes no chapters, and Ogg's rounds their seconds to nearest
 # (1.5 s is written as 00:00:02.500).
 _VORBIS_COMMENT_FORMATS = ("opus", "flac")
+# The most chapters a format's marks hold: Vorbis comments number theirs in
+# three digits, ID3's table of contents counts its entries in one byte. m4b
+# holds every chapter in its QuickTime chapter track (its Nero list, which
+# some players read instead, the first 255); wav holds none.
+CHAPTER_LIMITS = {"opus": 999, "flac": 999, "mp3": 255}
 _SPEECH_BITRATES = {1: 64_000, 2: 96_000}  # plenty for speech in AAC, MP3 and Opus
 _LAYOUTS = {1: "mono", 2: "stereo"}
 _SFC_RF64_AUTO_DOWNGRADE = 0x1210  # libsndfile's sf_command
@@ -60,6 +65,16 @@ def book_format(path: str | Path, name: str | None = None) -> str:
             f"{allowed} or .{BOOK_FORMATS[-1]}"
         )
     return kind
+
+
+def check_chapter_count(name: str, chapters: int) -> None:
+    """``ValueError`` where book format ``name`` cannot mark that many."""
+    limit = CHAPTER_LIMITS.get(name)
+    if limit is not None and chapters > limit:
+        raise ValueError(
+            f"a book of {chapters} chapters cannot be written as .{name}, which marks "
+            f"{limit} at most: write it as .m4b, which marks them all"
+        )
 
 
 def write_book_audio(
@@ -95,6 +110,7 @@ def write_book_audio(
     if channels not in _LAYOUTS:
         raise ValueError(f"a book is mono or stereo, not {channels} channels")
     _check_marks(marks)
+    check_chapter_count(name, len(marks))
     chunks = iter(chunks)
     # Found before a file is made, so that no audio leaves no file.
     first = next((chunk for chunk in chunks if len(chunk)), None)
@@ -264,8 +280,6 @@ def _add_chapters(
 def _vorbis_chapter_tags(marks: Sequence[ChapterMark], sample_rate: int) -> dict[str, str]:
     """CHAPTER001=HH:MM:SS.mmm and CHAPTER001NAME=title, per Xiph's chapter
     extension: starts only, each chapter ending where the next begins."""
-    if len(marks) > 999:
-        raise ValueError(f"Vorbis comments number 999 chapters at most, not {len(marks)}")
     tags = {}
     for number, mark in enumerate(marks, start=1):
         milliseconds = mark.start * 1000 // sample_rate

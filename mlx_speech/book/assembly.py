@@ -44,16 +44,20 @@ def chapter_marks(
 def book_captions(
     sentences: Sequence[Sentence], lengths: Sequence[int], rate: int
 ) -> list[Caption]:
-    """One caption a sentence, continuous across chapters."""
+    """One caption a sentence with audio, continuous across chapters (a
+    sentence without audio is not heard, so it has none)."""
     captions, position = [], 0
-    for index, (sentence, length) in enumerate(zip(sentences, lengths, strict=True)):
-        captions.append(Caption(index, sentence.shown, position, position + length, rate))
-        position += length
+    for sentence, length in zip(sentences, lengths, strict=True):
+        if length:
+            start, position = position, position + length
+            captions.append(Caption(len(captions), sentence.shown, start, position, rate))
     return captions
 
 
 def book_chunks(store: SpokenStore, sentences: Sequence[Sentence]) -> Iterator[np.ndarray]:
     """The book's audio, one sentence at a time (a book never sits whole in
-    memory)."""
+    memory); a sentence without audio adds nothing."""
     for sentence in sentences:
-        yield store.load(sentence.key)
+        samples = store.load(sentence.key)
+        if len(samples):
+            yield samples

@@ -46,6 +46,7 @@ _UNPACKED_BOUND_FACTOR = 8
 _FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"}
 _XMLENC = "{http://www.w3.org/2001/04/xmlenc#}"
 _FRONT_MATTER = re.compile(r"\A---\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
+_DOCTYPE = re.compile(rb"<!DOCTYPE\b[^\[>]*(?:\[.*?\]\s*)?>", re.DOTALL | re.IGNORECASE)
 # HTML elements that begin and end a paragraph; other elements' text runs on.
 _BLOCK_TAGS = frozenset(
     "address article aside blockquote body br dd div dl dt figcaption figure footer h1 h2"
@@ -252,6 +253,11 @@ def _epub_book(data: bytes, name: str, max_bytes: int) -> Book:
             warnings.simplefilter("ignore")
             book = epub.read_epub(io.BytesIO(data))
         documents = _spine_documents(book)
+        budget = _TextBudget(max_bytes, name)
+        entries = _toc_entries(book.toc)
+        chapters = _toc_chapters(entries, documents, budget) or _spine_chapters(
+            documents, _TextBudget(max_bytes, name)
+        )
     except BookError:
         raise
     except Exception as error:  # ebooklib and lxml fail in many ways on a broken book
@@ -259,9 +265,27 @@ def _epub_book(data: bytes, name: str, max_bytes: int) -> Book:
         raise BookError(
             f"{name!r} could not be read as an EPUB: {reason or type(error).__name__}"
         ) from error
-    chapters = _toc_chapters(book.toc, documents) or _spine_chapters(documents)
     titles, authors = _metadata(book, "title"), _metadata(book, "creator")
     return _book(titles[0] if titles else None, ", ".join(authors), chapters, name)
+
+
+class _TextBudget:
+    """The text a book yields is bounded as a plain text file is, counted
+    as it is read, so that a small archive cannot expand into more."""
+
+    def __init__(self, max_bytes: int, name: str):
+        self.left = max_bytes
+        self.max_bytes = max_bytes
+        self.name = name
+
+    def spend(self, text: str) -> None:
+        self.left -= len(text.encode())
+        if self.left < 0:
+            limit = f"{self.max_bytes / _MIB:.1f}".removesuffix(".0")
+            raise BookError(
+                f"{self.name!r} holds more than {limit} MB of text, the limit for a"
+                " book: split it into parts"
+            )
 
 
 def _check_epub_archive(data: bytes, name: str, max_bytes: int) -> None:
@@ -311,23 +335,34 @@ def _metadata(book: epub.EpubBook, field: str) -> list[str]:
     return [value for value in values if value]
 
 
-def _spine_documents(book: epub.EpubBook) -> list[tuple[str, etree._Element]]:
-    """The reading order's documents, as (file name, parsed HTML); the
-    navigation document and a cover page ebooklib recognises are left out."""
-    documents = []
+class _Document(NamedTuple):
+    name: str  # its path in the archive
+    content: bytes  # parsed only once it is read, within the text's budget
+
+
+def _spine_documents(book: epub.EpubBook) -> list[_Document]:
+    """The reading order's documents, each once however often the spine
+    lists it; the navigation document and a cover page ebooklib recognises
+    are left out."""
+    items = {item.id: item for item in book.get_items()}
+    documents, seen = [], set()
     for idref, _linear in book.spine:
-        item = book.get_item_with_id(idref)
+        item = items.get(idref)
         if isinstance(item, epub.EpubHtml) and item.is_chapter():
-            documents.append(
-                (posixpath.normpath(item.get_name()), _parse_html(item.content))
-            )
+            name = posixpath.normpath(item.get_name())
+            if name not in seen:
+                seen.add(name)
+                documents.append(_Document(name, item.content))
     return documents
 
 
 def _parse_html(content: bytes) -> etree._Element:
     # EPUB documents are UTF-8 or UTF-16; lxml would guess Latin-1 without a <meta>.
-    utf16 = content[:2] in (b"\xff\xfe", b"\xfe\xff")
-    parser = lxml.html.HTMLParser(encoding="utf-16" if utf16 else "utf-8")
+    if content[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        content = content.decode("utf-16").encode()
+    # An HTML parser reads an XHTML DOCTYPE's internal subset as text.
+    content = _DOCTYPE.sub(b"", content, count=1)
+    parser = lxml.html.HTMLParser(encoding="utf-8")
     try:
         root = lxml.html.document_fromstring(content, parser=parser)
     except etree.ParserError:  # an empty document
@@ -337,7 +372,9 @@ def _parse_html(content: bytes) -> etree._Element:
     return root
 
 
-def _document_parts(root: etree._Element, anchor_ids: set[str]) -> list[str | _Anchor]:
+def _document_parts(
+    root: etree._Element, anchor_ids: set[str], budget: _TextBudget
+) -> list[str | _Anchor]:
     """A document's paragraphs in order, with an ``_Anchor`` where an element
     with one of ``anchor_ids`` begins (mid-paragraph too: it ends one)."""
     anchor_ids = set(anchor_ids)  # each begins once, should an id be repeated
@@ -348,6 +385,7 @@ def _document_parts(root: etree._Element, anchor_ids: set[str]) -> list[str | _A
         text = " ".join("".join(pending).split())
         pending.clear()
         if text:
+            budget.spend(text)
             parts.append(text)
 
     for event, element in etree.iterwalk(root, events=("start", "end")):
@@ -365,11 +403,12 @@ def _document_parts(root: etree._Element, anchor_ids: set[str]) -> list[str | _A
     return parts
 
 
-def _toc_entries(toc: list | tuple) -> list[tuple[str, str, str]]:
+def _toc_entries(toc: object) -> list[tuple[str, str, str]]:
     """The table of contents flattened in order, as (title, document, fragment);
-    a section with no href of its own gives only its children."""
+    a section with no href of its own gives only its children. ebooklib
+    gives an empty NCX ``navMap`` as one ``Link`` to nowhere, not a list."""
     entries = []
-    for entry in toc:
+    for entry in toc if isinstance(toc, (list, tuple)) else [toc]:
         if isinstance(entry, (list, tuple)):
             entries.extend(_toc_entries(entry))
         elif getattr(entry, "href", ""):
@@ -379,36 +418,42 @@ def _toc_entries(toc: list | tuple) -> list[tuple[str, str, str]]:
     return entries
 
 
-def _toc_chapters(toc: list, documents: list[tuple[str, etree._Element]]) -> list[Chapter]:
+def _toc_chapters(
+    entries: list[tuple[str, str, str]], documents: list[_Document], budget: _TextBudget
+) -> list[Chapter]:
     """A chapter for each table of contents entry: the text from where it
     points to where the next entry does, in reading order, so a chapter split
     over several documents stays whole. Text before the first entry (a cover,
     a title page) is not spoken; an entry with no text is skipped."""
-    entries = _toc_entries(toc)
     starts = defaultdict(list)  # (document, fragment) -> the entries that begin there
+    anchors = defaultdict(set)  # document -> the fragments entries point to in it
     for index, (_, document, fragment) in enumerate(entries):
         starts[document, fragment].append(index)
+        if fragment:
+            anchors[document].add(fragment)
     sections: list[tuple[str, list[str]]] = []
-    for document, root in documents:
-        anchor_ids = {fragment for doc, fragment in starts if doc == document and fragment}
-        for index in starts.get((document, ""), []):
+    for document in documents:
+        for index in starts.get((document.name, ""), []):
             sections.append((entries[index][0], []))
-        for part in _document_parts(root, anchor_ids):
+        if not sections and not anchors.get(document.name):
+            continue  # before the first entry: never read
+        root = _parse_html(document.content)
+        parts = _document_parts(root, anchors.get(document.name, set()), budget)
+        for part in parts:
             if isinstance(part, _Anchor):
-                sections.extend((entries[i][0], []) for i in starts[document, part.id])
+                sections.extend((entries[i][0], []) for i in starts[document.name, part.id])
             elif sections:
                 sections[-1][1].append(part)
     return _chapters(sections)
 
 
-def _spine_chapters(documents: list[tuple[str, etree._Element]]) -> list[Chapter]:
+def _spine_chapters(documents: list[_Document], budget: _TextBudget) -> list[Chapter]:
     """A chapter for each document with text, titled by its first heading."""
     sections = []
-    for _, root in documents:
+    for document in documents:
+        root = _parse_html(document.content)
         headings = root.xpath("//h1|//h2|//h3")
         title = " ".join(headings[0].text_content().split()) if headings else None
-        paragraphs = [
-            part for part in _document_parts(root, set()) if isinstance(part, str)
-        ]
-        sections.append((title, paragraphs))
+        parts = _document_parts(root, set(), budget)
+        sections.append((title, [part for part in parts if isinstance(part, str)]))
     return _chapters(sections)

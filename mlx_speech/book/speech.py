@@ -26,6 +26,8 @@ from .source import Book, BookError, read_book
 from .speaker import IN_FLIGHT, BookCancelled, SentenceSpoken, speak_missing
 from .store import SpokenStore
 
+NO_AUDIO = "no sentence of the book has audio: there is nothing to write"
+
 
 class BookSpeech:
     def __init__(self, tts: Any, book: Book, request: SpeechRequest):
@@ -78,6 +80,8 @@ class BookSpeech:
         setting ``stop`` ends it with ``BookCancelled`` (``path`` then holds
         part of the book)."""
         lengths = sentence_lengths(store, self.sentences)
+        if not any(lengths):
+            raise BookError(NO_AUDIO)
         write_book_audio(
             path,
             _until_stopped(book_chunks(store, self.sentences), stop),
@@ -85,6 +89,28 @@ class BookSpeech:
             self.channels,
             chapter_marks(self.book, self.sentences, lengths),
             title=self.book.title,
+            author=self.book.author,
+            format=format,
+        )
+
+    def chapter_samples(self, store: SpokenStore, index: int) -> int:
+        """How long chapter ``index``'s audio is."""
+        sentences = [s for s in self.sentences if s.chapter == index]
+        return sum(sentence_lengths(store, sentences))
+
+    def write_chapter(
+        self, store: SpokenStore, index: int, path: Path, format: str | None = None
+    ) -> None:
+        """Chapter ``index`` alone into ``path``, marked as one chapter (it
+        must have audio: ``chapter_samples``)."""
+        title = self.book.chapters[index].title
+        write_book_audio(
+            path,
+            book_chunks(store, [s for s in self.sentences if s.chapter == index]),
+            self.rate,
+            self.channels,
+            [ChapterMark(title, 0, self.chapter_samples(store, index))],
+            title=title,
             author=self.book.author,
             format=format,
         )
@@ -149,6 +175,8 @@ class SpokenBook:
     def write(self, path: str | Path, format: str | None = None) -> Path:
         """The whole book into one file (``.m4b``, ``.mp3``, ``.opus``,
         ``.flac`` or ``.wav``), with its chapters where the format holds them."""
+        if not self.chapters:
+            raise BookError(NO_AUDIO)
         marks, start = [], 0
         for chapter in self.chapters:
             end = start + len(chapter.audio.samples)
@@ -189,12 +217,16 @@ def speak_book(
 
 
 def spoken_book(speech: BookSpeech, store: SpokenStore) -> SpokenBook:
-    """The book in memory, chapter by chapter, from the store."""
+    """The book in memory, chapter by chapter, from the store; a chapter
+    whose sentences have no audio has no place in it, as in a written book."""
     chapters = []
     for index, sentences in speech.chapter_sentences():
         parts = [store.load(sentence.key) for sentence in sentences]
         lengths = [len(part) for part in parts]
-        samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        heard = [part for part in parts if len(part)]
+        if not heard:
+            continue
+        samples = np.concatenate(heard)
         captions = book_captions(sentences, lengths, speech.rate)
         title = speech.book.chapters[index].title
         chapters.append(SpokenChapter(title, Audio(samples, speech.rate), captions))

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> None:
 
     output = _checked_output(args)
     book = read_book(args.file)  # a bad book fails before the model loads
+    _check_places(args, book, output)
     loading = time.perf_counter()
     tts = loaded_model(args)
     speech = BookSpeech(tts, book, speech_request(args, ""))
@@ -75,6 +76,29 @@ def run(args: argparse.Namespace) -> None:
             f"kept {store.size() / 1e6:.0f} MB of spoken sentences in {folder}: run "
             "again after an edit and only what changed is spoken; delete it when done"
         )
+
+
+def _check_places(args: argparse.Namespace, book, output: Path) -> None:
+    """Every file the command will write, before the model loads
+    (``book.places``), and a chapter count the format holds."""
+    from ..audio.chapters import book_format, check_chapter_count
+    from ..book.places import check_places
+
+    check_chapter_count(book_format(output, args.format), len(book.chapters))
+    files = [output]
+    if args.captions is not None:
+        files.append(Path(args.captions))
+    folders = [_store_folder(output)]
+    if args.chapters_dir is not None:
+        folders.append(Path(args.chapters_dir))
+        files += _chapter_paths(book, Path(args.chapters_dir), output.suffix)
+    check_places(Path(args.file), files, folders)
+
+
+def _chapter_paths(book, folder: Path, suffix: str) -> list[Path]:
+    from ..book.files import chapter_paths
+
+    return chapter_paths([chapter.title for chapter in book.chapters], folder, suffix)
 
 
 def _store_folder(output: Path) -> Path:
@@ -122,31 +146,15 @@ def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
 
 
 def _write_chapters(speech, store, folder: Path, suffix: str, format_name) -> None:
-    from ..audio.chapters import ChapterMark, write_book_audio
-    from ..book.assembly import book_chunks, sentence_lengths
-    from ..book.files import file_name
-
+    """Each chapter with audio as a file of its own."""
     folder.mkdir(parents=True, exist_ok=True)
-    chapters = speech.chapter_sentences()
-    for number, (index, sentences) in enumerate(chapters, start=1):
-        title = speech.book.chapters[index].title
-        length = sum(sentence_lengths(store, sentences))
-        number_shown = f"{number:0{len(str(len(chapters)))}d}"
-        name = f"{number_shown} {file_name(title, 'chapter')}{suffix}"
+    for index, path in enumerate(_chapter_paths(speech.book, folder, suffix)):
+        if speech.chapter_samples(store, index):
 
-        def written(path, sentences=sentences, title=title, length=length):
-            write_book_audio(
-                path,
-                book_chunks(store, sentences),
-                speech.rate,
-                speech.channels,
-                [ChapterMark(title, 0, length)],
-                title=title,
-                author=speech.book.author,
-                format=format_name,
-            )
+            def written(partial, index=index):
+                speech.write_chapter(store, index, partial, format_name)
 
-        _write_whole(folder / name, written, store.folder)
+            _write_whole(path, written, store.folder)
 
 
 def _write_whole(path: Path, write: Callable[[Path], object], kept: Path) -> None:
@@ -178,9 +186,6 @@ def _checked_output(args: argparse.Namespace) -> Path:
     if output.is_dir():
         raise RuntimeError(f"cannot write {output}: it is a directory; name a file in it")
     book_format(output, args.format)
-    for path in (output, Path(args.captions or output)):
-        if not path.absolute().parent.is_dir():
-            raise RuntimeError(f"cannot write {path}: its directory does not exist")
     if args.captions and Path(args.captions).suffix.lower() not in (".vtt", ".srt"):
         raise RuntimeError(
             f"cannot write captions to {args.captions}: name a .vtt or .srt file"

@@ -22,7 +22,13 @@ from ..book.files import file_name
 from ..book.source import MAX_BOOK_BYTES, BookError
 from ..errors import shown
 from ..serving.book_job import BookJob
-from ..serving.books import BookJobsFull, BooksFolderBusy, UnknownBookJob
+from ..serving.books import (
+    BookJobs,
+    BookJobsFull,
+    BookNotDone,
+    BooksFolderBusy,
+    UnknownBookJob,
+)
 from .bodies import BookUpload, read_book_body
 from .book_request import book_too_large, parse_book_request
 from .errors import ApiError
@@ -73,16 +79,26 @@ async def delete_book(request: Request) -> Response:
 
 
 async def book_audio(request: Request) -> Response:
-    job, (audio, _) = await _done_job(request)
+    job, audio = await _download(request, captions=False)
     audio_format = job.response_format
     headers = {"content-disposition": _attachment(f"{_download_stem(job)}.{audio_format}")}
-    return FileResponse(audio, media_type=book_media_type(audio_format), headers=headers)
+    return _LinkResponse(audio, media_type=book_media_type(audio_format), headers=headers)
 
 
 async def book_captions(request: Request) -> Response:
-    job, (_, captions) = await _done_job(request)
+    job, captions = await _download(request, captions=True)
     headers = {"content-disposition": _attachment(f"{_download_stem(job)}.vtt")}
-    return FileResponse(captions, media_type="text/vtt", headers=headers)
+    return _LinkResponse(captions, media_type="text/vtt", headers=headers)
+
+
+class _LinkResponse(FileResponse):
+    """A file sent from a download's own link, removed once sent or not."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await anyio.to_thread.run_sync(BookJobs.downloaded, Path(self.path))
 
 
 def book_object(job: BookJob) -> dict[str, Any]:
@@ -109,18 +125,19 @@ def book_object(job: BookJob) -> dict[str, Any]:
     }
 
 
-async def _done_job(request: Request) -> tuple[BookJob, tuple[Path, Path]]:
-    """The job and its files; 409 unless it is done."""
+async def _download(request: Request, captions: bool) -> tuple[BookJob, Path]:
+    """The job and a link to its file; 409 unless it is done."""
     books = request.app.state.books
-    job = await _books(request, books.get, request.path_params["id"])
-    if job.status != "done":
+    try:
+        return await _books(request, books.download, request.path_params["id"], captions)
+    except BookNotDone as not_done:
+        job = not_done.job
         progress = f"{job.spoken} of {job.sentences} sentences spoken"
         raise ApiError(
             409,
             f"book job {job.id} is {job.status} ({progress}); its audio and captions "
             "are there once it is done",
-        )
-    return job, books.files(job)
+        ) from None
 
 
 async def _books(

@@ -37,12 +37,16 @@ def run_book_job(
     job: BookJob,
     update: Update,
     *,
+    book: Book | None,
     in_flight: int,
     stop: threading.Event,
 ) -> None:
     """Speak and write ``job``; setting ``stop`` ends it with
-    ``BookCancelled``, leaving what was kept."""
-    book = titled(book_of(source_path(folder, job).read_bytes(), job.source), job.title)
+    ``BookCancelled``, leaving what was kept. ``book``: as read when the job
+    was made, else None to read it again from its folder (after a restart)."""
+    if book is None:
+        source = source_path(folder, job).read_bytes()
+        book = titled(book_of(source, job.source), job.title)
     speech = BookSpeech(tts, book, job.request)
     with SpokenStore(folder / "spoken") as store:
         progress = _Progress(speech, store, update)
@@ -65,15 +69,21 @@ def titled(book: Book, title: str | None) -> Book:
     return replace(book, title=title) if title else book
 
 
-def failure(error: BaseException, job: BookJob) -> str:
-    """Why a job failed, in one line."""
+def failure(error: BaseException, job: BookJob, folder: Path) -> str:
+    """Why a job failed, in one line that names no path of the server's
+    (``folder`` is the books folder)."""
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return (
             f"no space left on the server's disk ({error.strerror}); the "
             f"{job.spoken} sentences spoken so far stay in this job until it is "
             "deleted: free some space and create the job again"
         )
-    return " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.strerror:
+        return f"the server's disk failed: {error.strerror}"
+    said = " ".join(str(error).split()) or type(error).__name__
+    return said.replace(str(folder / job.id), "the job's folder").replace(
+        str(folder), "the books folder"
+    )
 
 
 class _Progress:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -25,7 +26,8 @@ from functools import partial
 from pathlib import Path, PurePath
 from typing import Any, TextIO
 
-from ..book.source import book_of
+from ..audio.chapters import check_chapter_count
+from ..book.source import Book, book_of
 from ..book.speaker import BookCancelled
 from ..book.speech import BookSpeech
 from ..engine import Engine
@@ -49,6 +51,7 @@ MODEL_WAIT_SECONDS = 0.5  # how often the runner looks for the loaded model
 RELEASE_SECONDS = 30.0  # the longest a cancel, a delete or a stop waits for the runner
 _PENDING_PREFIX = ".pending-"
 _DELETED_PREFIX = ".deleted-"
+_DOWNLOADS = ".downloads"  # links to files being sent
 
 
 def default_books_dir() -> Path:
@@ -71,6 +74,14 @@ class UnknownBookJob(KeyError):
     """No job has that id."""
 
 
+class BookNotDone(RuntimeError):
+    """Its audio and captions are not there: the job is not done."""
+
+    def __init__(self, job: BookJob):
+        super().__init__(job.id)
+        self.job = job
+
+
 class BookJobsFull(RuntimeError):
     """``max_books`` jobs are kept already."""
 
@@ -84,6 +95,7 @@ class _Running:
     """The job on the runner, and how it is stopped."""
 
     id: str
+    book: Book | None  # as read when the job was made; None: read from its folder
     stop: threading.Event = field(default_factory=threading.Event)
     cancelled: bool = False  # stopped by a client (else by the server's stop)
     released: threading.Event = field(default_factory=threading.Event)
@@ -97,6 +109,7 @@ class BookJobs:
         self._engine = engine
         self._lock = threading.Condition()  # the jobs, and the runner's wakeup
         self._jobs: dict[str, BookJob] = {}
+        self._read: dict[str, Book] = {}  # books made by this server, not yet run
         self._creating = 0  # places taken by jobs being created
         self._written: dict[str, float] = {}  # job → when its job.json was written
         self._running: _Running | None = None
@@ -112,7 +125,7 @@ class BookJobs:
             try:
                 self._open_if_kept()
             except (BooksFolderBusy, OSError) as error:  # said again by each request
-                log.warning("book jobs: %s", error)
+                log.warning("book jobs in %s: %s", self.folder, error)
         self._runner.start()
 
     def stop(self) -> None:
@@ -146,7 +159,7 @@ class BookJobs:
                 )
             self._creating += 1
         try:
-            job = self._checked_job(tts, order)
+            job, book = self._checked_job(tts, order)
             self._keep(job, order.source)
         except BaseException:
             with self._lock:
@@ -155,6 +168,7 @@ class BookJobs:
         with self._lock:
             self._creating -= 1  # and its place taken, at once
             self._jobs[job.id] = job
+            self._read[job.id] = book  # read once: the runner speaks it as it is
             self._lock.notify_all()
         log.info("book job %s: %s, %d sentences", job.id, job.source, job.sentences)
         return job
@@ -180,6 +194,7 @@ class BookJobs:
             if running is None:
                 if job.status == "queued":
                     self._update(job_id, status="cancelled", finished=time.time())
+                    self._read.pop(job_id, None)
                 return self._jobs[job_id]
         running.released.wait(RELEASE_SECONDS)
         with self._lock:
@@ -191,16 +206,36 @@ class BookJobs:
             self._open_if_kept()
             self._job(job_id)
             del self._jobs[job_id]  # its runner's updates now go nowhere
+            self._read.pop(job_id, None)
             self._written.pop(job_id, None)
             running = self._stop_running(job_id)
         if running is not None:
             running.released.wait(RELEASE_SECONDS)
         _remove(self.folder, self.folder / job_id)
 
-    def files(self, job: BookJob) -> tuple[Path, Path]:
-        """A done job's audio and captions."""
-        folder = self.folder / job.id
-        return folder / f"{AUDIO_NAME}.{job.response_format}", folder / CAPTIONS_NAME
+    def download(self, job_id: str, captions: bool = False) -> tuple[BookJob, Path]:
+        """A done job's audio (or captions) as a link of its own, which stays
+        whole however the job is deleted meanwhile; the caller removes it
+        once sent (``downloaded``). ``BookNotDone`` unless it is done."""
+        with self._lock:
+            self._open_if_kept()
+            job = self._job(job_id)
+            if job.status != "done":
+                raise BookNotDone(job)
+            folder = self.folder / job.id
+            name = CAPTIONS_NAME if captions else f"{AUDIO_NAME}.{job.response_format}"
+            downloads = self.folder / _DOWNLOADS
+            downloads.mkdir(exist_ok=True)
+            link = downloads / f"{secrets.token_hex(8)}-{name}"
+            try:
+                os.link(folder / name, link)
+            except FileNotFoundError:  # removed by hand
+                raise UnknownBookJob(job_id) from None
+        return job, link
+
+    @staticmethod
+    def downloaded(link: Path) -> None:
+        link.unlink(missing_ok=True)
 
     # Under the lock
 
@@ -229,9 +264,10 @@ class BookJobs:
             fcntl.flock(hold, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             hold.close()
+            # said to clients, so it names no folder of the server's
             raise BooksFolderBusy(
-                f"another server keeps its book jobs in {self.folder}: give each "
-                "server its own --books-dir"
+                "another server keeps its book jobs in this server's books folder: "
+                "give each server its own --books-dir"
             ) from None
         try:
             self._jobs = self._kept_jobs()
@@ -243,10 +279,10 @@ class BookJobs:
 
     def _kept_jobs(self) -> dict[str, BookJob]:
         """The jobs in the folder, the unfinished queued again; what an
-        interrupted creation or deletion left is removed."""
+        interrupted creation, deletion or download left is removed."""
         jobs = {}
         for entry in self.folder.iterdir():
-            if entry.name.startswith((_PENDING_PREFIX, _DELETED_PREFIX)):
+            if entry.name.startswith((_PENDING_PREFIX, _DELETED_PREFIX, _DOWNLOADS)):
                 shutil.rmtree(entry, ignore_errors=True)
             elif ID_PATTERN.fullmatch(entry.name):
                 try:
@@ -284,10 +320,12 @@ class BookJobs:
 
     # Outside the lock
 
-    def _checked_job(self, tts: Any, order: BookOrder) -> BookJob:
+    def _checked_job(self, tts: Any, order: BookOrder) -> tuple[BookJob, Book]:
         book = titled(book_of(order.source, order.source_name), order.title)
         speech = BookSpeech(tts, book, order.request)
-        return BookJob(
+        chapters = len(speech.chapter_sentences())
+        check_chapter_count(order.response_format, chapters)
+        job = BookJob(
             id=new_job_id(),
             created=time.time(),
             source=PurePath(order.source_name).name,
@@ -295,9 +333,10 @@ class BookJobs:
             request=order.request,
             title=book.title,
             author=book.author,
-            chapters=len(speech.chapter_sentences()),
+            chapters=chapters,
             sentences=len(speech.sentences),
         )
+        return job, book
 
     def _keep(self, job: BookJob, source: bytes) -> None:
         """The job's folder, made under a temporary name and renamed into
@@ -335,7 +374,7 @@ class BookJobs:
                 queued = [job for job in self._jobs.values() if job.status == "queued"]
                 if tts is not None and queued:
                     job = min(queued, key=lambda job: job.created)
-                    self._running = _Running(job.id)
+                    self._running = _Running(job.id, self._read.pop(job.id, None))
                     return tts, job, self._running
                 self._lock.wait(MODEL_WAIT_SECONDS if tts is None else None)
             return None
@@ -346,7 +385,15 @@ class BookJobs:
         in_flight = max(1, self._engine.max_active // 2)
         folder = self.folder / job.id
         try:
-            run_book_job(tts, folder, job, update, in_flight=in_flight, stop=running.stop)
+            run_book_job(
+                tts,
+                folder,
+                job,
+                update,
+                book=running.book,
+                in_flight=in_flight,
+                stop=running.stop,
+            )
         except BookCancelled:
             if running.cancelled:
                 update(status="cancelled", finished=time.time())
@@ -356,7 +403,8 @@ class BookJobs:
                 job = self._jobs.get(job.id, job)
             unexpected = not isinstance(error, ValueError | OSError)
             log.error("book job %s failed: %s", job.id, error, exc_info=unexpected)
-            update(status="failed", finished=time.time(), error=failure(error, job))
+            said = failure(error, job, self.folder)
+            update(status="failed", finished=time.time(), error=said)
         else:
             log.info("book job %s done", job.id)
 

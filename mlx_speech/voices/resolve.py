@@ -68,6 +68,11 @@ class UnknownVoiceName(InvalidRequest):
         self.name = name
 
 
+class UnknownTaggedVoice(InvalidRequest):
+    """A voice tag's or an SSML ``<voice>``'s name that is no voice: a fault
+    of the text, where ``UnknownVoiceName`` is the request's own voice."""
+
+
 def resolve_voice(
     voice: Any,
     *,

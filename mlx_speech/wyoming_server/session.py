@@ -57,7 +57,7 @@ from ..serving.refusal import Refusal
 from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
 from ..serving.state import ServerState
 from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
-from ..voices.resolve import UnknownVoiceName
+from ..voices.resolve import UnknownTaggedVoice, UnknownVoiceName
 from .framing import FramingError, event_bytes, read_event
 from .program import program_info
 from .requests import BadEvent, DeclaredSsml, SpeechAsked, speech_asked
@@ -199,7 +199,7 @@ class WyomingSession:
         feed = TextFeed()
         try:
             stream = await anyio.to_thread.run_sync(asked.open_stream, feed)
-        except UnknownVoiceName as error:
+        except (UnknownVoiceName, UnknownTaggedVoice) as error:
             raise BadEvent(str(error), "unknown-voice") from None
         except TextTooLong as error:
             raise BadEvent(str(error), "too-long") from None

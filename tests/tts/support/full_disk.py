@@ -6,18 +6,16 @@ from __future__ import annotations
 import errno
 import os
 
-import soundfile
-
 from mlx_speech.book import store
 
 
 def fill_after(monkeypatch, kept: int) -> None:
-    real_write, saved = soundfile.write, []
+    real_replace, saved = store._replace_whole, []
 
-    def fills_up(file, *rest, **options):
+    def fills_up(path, data):
         if len(saved) == kept:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        saved.append(file)
-        real_write(file, *rest, **options)
+        saved.append(path)
+        real_replace(path, data)
 
-    monkeypatch.setattr(store.soundfile, "write", fills_up)
+    monkeypatch.setattr(store, "_replace_whole", fills_up)

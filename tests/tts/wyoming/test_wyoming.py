@@ -181,6 +181,18 @@ def test_mistakes_get_error_events_and_the_connection_goes_on(server):
     assert pong.data == {"text": "still there?"}
 
 
+def test_an_unknown_voice_in_a_texts_tags_is_refused_before_any_audio(server):
+    async def tagged(client):
+        text = "[voice:default] Hi. [voice:nope] there."
+        await client.write_event(Synthesize(text).event())
+        return await read_until(client, "audio-stop")
+
+    events = talk(server, tagged)
+    assert [event.type for event in events] == ["error", "audio-stop"]
+    error = Error.from_event(events[0])
+    assert error.code == "unknown-voice" and "nope" in error.text
+
+
 def raw_exchange(server, data: bytes) -> tuple[list[Event], bool]:
     """Sends raw bytes; → the events answered, and whether the server closed."""
 
