@@ -28,6 +28,8 @@ def check_places(
 ) -> None:
     """``files`` are written whole (``files.write_whole``); ``folders`` are
     made where missing and written into."""
+    for folder in folders:
+        _check_folder(folder)
     seen: dict[str, Path] = {}
     made = {folder.absolute() for folder in folders}
     for path in files:
@@ -40,8 +42,6 @@ def check_places(
                 f"cannot write {path}: {seen[real]} is written there too; name another"
             )
         seen[real] = path
-    for folder in folders:
-        _check_folder(folder)
 
 
 def _check_file(path: Path, book: Path) -> None:
@@ -71,8 +71,10 @@ def _check_folder(folder: Path, made: bool = True) -> None:
     above it that exists is, so that it can be made."""
     folder = folder.absolute()
     existing = folder
-    while made and not existing.exists() and existing != existing.parent:
-        _check_name(existing)
+    while made:
+        _check_name(existing)  # before it is looked up: a name too long fails that
+        if existing.exists() or existing == existing.parent:
+            break
         existing = existing.parent
     if not existing.exists():
         raise PlaceError(f"cannot write in {folder}: it does not exist")

@@ -111,7 +111,8 @@ def test_a_spine_that_repeats_a_document_reads_it_once():
 def test_the_text_an_epub_yields_is_bounded_as_it_is_read():
     paragraph = "<p>" + "word " * 2000 + "</p>"
     documents = {f"c{n}.xhtml": page(paragraph * 10) for n in range(20)}  # 2 MB
-    data = raw_epub(documents, list(documents), None)
+    toc = [(f"C{n}", name) for n, name in enumerate(documents)]
+    data = raw_epub(documents, list(documents), toc)
     assert len(data) < 100_000
     with pytest.raises(BookError, match="more than 1 MB of text"):
         book_of(data, "dense.epub", max_bytes=1024 * 1024)
@@ -132,7 +133,8 @@ def test_an_internal_dtd_subset_is_not_spoken():
     document = page("<h1>One</h1><p>The words.</p>", title="Never Said").replace(
         "?>\n", '?>\n<!DOCTYPE html [\n  <!ENTITY who "Jane">\n]>\n'
     )
-    book = book_of(raw_epub({"a.xhtml": document}, ["a.xhtml"], None), "dtd.epub")
+    data = raw_epub({"a.xhtml": document}, ["a.xhtml"], [("One", "a.xhtml")])
+    book = book_of(data, "dtd.epub")
     assert book.chapters[0].text == "One\n\nThe words."
 
 
