@@ -5,6 +5,7 @@ resumed by the next server after a stop, its kept sentences reused."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import json
 import os
@@ -23,6 +24,7 @@ from tests.tts.support.field_reads import FieldReads
 from tests.tts.support.full_disk import fill_after
 from tests.tts.support.markdown_book import CHAPTERS, markdown_book
 from tests.tts.support.probe import probed
+from tests.tts.support.raw_epub import page, raw_epub
 from tests.tts.support.server import RunningServer
 
 pytestmark = pytest.mark.slow  # real servers
@@ -406,8 +408,79 @@ def test_one_server_at_a_time_keeps_jobs_in_a_books_folder(speaking_dir, tmp_pat
         with RunningServer(settings) as second, _client(second) as other:
             refused = other.post("/v1/audio/books", json={"input": "Mine too.", **SHORT})
             assert refused.status_code == 503
-            assert (
-                "give each server its own --books-dir" in refused.json()["error"]["message"]
-            )
+            said = refused.json()["error"]["message"]
+            assert "give each server its own --books-dir" in said
+            assert str(settings.books_dir) not in said
             assert other.get("/v1/audio/books").status_code == 503
         assert _done(client, job["id"])["status"] == "done"
+
+
+def test_a_book_with_sentences_without_audio_is_done(client):
+    body = {"input": "Hello there.\n\n[pause:0s]\n\nBye now.", **SHORT}
+    job = client.post("/v1/audio/books", json=body).json()
+    done = _done(client, job["id"])
+    assert done["status"] == "done" and done["sentences"] == {"done": 3, "total": 3}
+    captions = client.get(done["captions_url"]).text
+    assert captions.count(" --> ") == 2 and "Bye now." in captions
+
+
+def test_more_chapters_than_the_format_marks_is_refused_at_once(client):
+    many = "".join(f"# C{n}\n\nWords {n}.\n\n" for n in range(1000))
+    body = {"input": many, "input_format": "markdown", "response_format": "opus"}
+    refused = client.post("/v1/audio/books", json=body)
+    assert refused.status_code == 400
+    assert "1000 chapters" in refused.json()["error"]["message"]
+    body["response_format"] = "m4b"
+    job = client.post("/v1/audio/books", json=body).json()
+    assert job["chapters"] == 1000
+    client.delete(f"/v1/audio/books/{job['id']}")
+
+
+def test_an_epub_that_repeats_a_document_or_has_an_empty_toc_is_read(client):
+    body = "<h1>One</h1>" + "<p>Words and more words in a paragraph here.</p>" * 2000
+    repeated = raw_epub(
+        {"one.xhtml": page(body)}, ["one.xhtml"] * 1000, [("One", "one.xhtml")]
+    )
+    created = client.post("/v1/audio/books", files={"file": ("r.epub", repeated)})
+    assert created.status_code == 202, created.text
+    assert created.json()["sentences"]["total"] == 2001  # the heading, each paragraph
+    client.delete(f"/v1/audio/books/{created.json()['id']}")
+    documents = {
+        "a.xhtml": page("<h1>A</h1><p>Alpha.</p>"),
+        "b.xhtml": page("<p>Beta.</p>"),
+    }
+    untitled = raw_epub(documents, list(documents), None)
+    created = client.post("/v1/audio/books", files={"file": ("e.epub", untitled)})
+    assert created.status_code == 202, created.text
+    assert created.json()["chapters"] == 2
+    assert _done(client, created.json()["id"])["status"] == "done"
+
+
+def test_downloads_while_a_job_is_deleted_are_whole_or_404(client):
+    statuses = []
+    for _ in range(4):
+        body = {"input": "Hello there.", "title": "x\u202eexe", **SHORT}
+        job = _done(client, client.post("/v1/audio/books", json=body).json()["id"])
+        whole = client.get(job["audio_url"])
+        assert "%E2%80%AE" not in whole.headers["content-disposition"]  # no bidi control
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            gets = [pool.submit(client.get, job["audio_url"]) for _ in range(12)]
+            pool.submit(client.delete, f"/v1/audio/books/{job['id']}").result()
+            for get in gets:
+                answer = get.result()
+                statuses.append(answer.status_code)
+                assert answer.status_code in (200, 404), answer.text
+                if answer.status_code == 200:
+                    assert answer.content == whole.content
+
+
+def test_a_failed_job_names_no_folder_of_the_server(server, client):
+    body = {"input": "One here. Two here. Three here.", **LONG}
+    job = client.post("/v1/audio/books", json=body).json()
+    books_dir = server.app.state.settings.books_dir
+    # where the audio is written before it is renamed into place: taken
+    (books_dir / job["id"] / ".book.m4b.partial.m4b").mkdir()
+    failed = _wait(client, job["id"], lambda job: job["status"] == "failed", timeout=300)
+    assert failed["error"] and str(books_dir) not in failed["error"]
+    assert str(books_dir.resolve()) not in failed["error"]
+    client.delete(f"/v1/audio/books/{job['id']}")
