@@ -47,6 +47,8 @@ _FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/
 _XMLENC = "{http://www.w3.org/2001/04/xmlenc#}"
 _FRONT_MATTER = re.compile(r"\A---\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
 _DOCTYPE = re.compile(rb"<!DOCTYPE\b[^\[>]*(?:\[.*?\]\s*)?>", re.DOTALL | re.IGNORECASE)
+_MARKDOWN_BLOCKS = MarkdownIt("commonmark").disable("inline")
+_MARKDOWN_INLINE = MarkdownIt("commonmark")
 # HTML elements that begin and end a paragraph; other elements' text runs on.
 _BLOCK_TAGS = frozenset(
     "address article aside blockquote body br dd div dl dt figcaption figure footer h1 h2"
@@ -172,7 +174,7 @@ def _book(
 
 def _markdown_book(text: str, name: str) -> Book:
     fields, text = _front_matter(text)
-    blocks = _markdown_blocks(MarkdownIt("commonmark").parse(text))
+    blocks = _markdown_blocks(text)
     title = fields.get("title")
     levels = [level for level, _ in blocks if level]
     # One "#" heading at the top over "##" chapters is the book's title.
@@ -208,18 +210,24 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
     return fields, text[match.end() :]
 
 
-def _markdown_blocks(tokens: list) -> list[tuple[int, str]]:
+def _markdown_blocks(text: str) -> list[tuple[int, str]]:
     """Each heading and paragraph with words, as (heading level or 0, text).
-    Code, HTML blocks and rules carry no inline text, so they fall away."""
+    Code, HTML blocks and rules carry no inline text, so they fall away.
+    Blocks are found first, then each block's inline text parsed alone, its
+    line breaks made spaces (what they are said as): so the tokens of one
+    block, not of the book, are held at once."""
     blocks = []
+    tokens = _MARKDOWN_BLOCKS.parse(text)
     for index, token in enumerate(tokens):
         if token.type != "inline":
             continue
         opener = tokens[index - 1]
         level = int(opener.tag[1]) if opener.type == "heading_open" else 0
-        text = " ".join(_inline_text(token.children or []).split())
-        if any(c.isalnum() for c in text):
-            blocks.append((level, text))
+        one_line = token.content.replace("\\\n", " ").replace("\n", " ")
+        (inline,) = _MARKDOWN_INLINE.parseInline(one_line)
+        said = " ".join(_inline_text(inline.children or []).split())
+        if any(c.isalnum() for c in said):
+            blocks.append((level, said))
     return blocks
 
 

@@ -7,6 +7,7 @@ what is shown, and more chapters than a format marks."""
 from __future__ import annotations
 
 import sys
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -166,6 +167,20 @@ def test_reading_a_long_table_of_contents_grows_with_the_book():
 
     small, large = work(100), work(400)
     assert large < 5 * small  # four times the book: about four times the work
+
+
+def test_markdown_holds_one_blocks_tokens_at_a_time():
+    """Front matter that never closes, then short lines: one paragraph of
+    50,000 lines, whose tokens once took over 100 bytes a byte of text."""
+    data = ("---\n" + "ab: c\n" * 50_000).encode()
+    tracemalloc.start()
+    try:
+        book = book_of(data, "open.md")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert book.chapters[0].text.startswith("ab: c ab: c")
+    assert peak < 50 * len(data)
 
 
 # Names and chapter counts
