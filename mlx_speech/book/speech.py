@@ -38,6 +38,9 @@ class BookSpeech:
         self.sentences: list[Sentence] = book_sentences(book, identity)
         if not self.sentences:
             raise BookError("the book says nothing: it has only voice tags")
+        self._by_chapter: dict[int, list[Sentence]] = {}
+        for sentence in self.sentences:
+            self._by_chapter.setdefault(sentence.chapter, []).append(sentence)
         self.rate = tts.sample_rate
         self.channels = request.channels or 1
         tts.check_request(replace(request, text=self.sentences[0].shown or "Checking."))
@@ -95,8 +98,7 @@ class BookSpeech:
 
     def chapter_samples(self, store: SpokenStore, index: int) -> int:
         """How long chapter ``index``'s audio is."""
-        sentences = [s for s in self.sentences if s.chapter == index]
-        return sum(sentence_lengths(store, sentences))
+        return sum(sentence_lengths(store, self._by_chapter.get(index, [])))
 
     def write_chapter(
         self, store: SpokenStore, index: int, path: Path, format: str | None = None
@@ -106,7 +108,7 @@ class BookSpeech:
         title = self.book.chapters[index].title
         write_book_audio(
             path,
-            book_chunks(store, [s for s in self.sentences if s.chapter == index]),
+            book_chunks(store, self._by_chapter[index]),
             self.rate,
             self.channels,
             [ChapterMark(title, 0, self.chapter_samples(store, index))],
@@ -121,10 +123,7 @@ class BookSpeech:
 
     def chapter_sentences(self) -> list[tuple[int, list[Sentence]]]:
         """Each chapter that says something, with its sentences."""
-        chapters: dict[int, list[Sentence]] = {}
-        for sentence in self.sentences:
-            chapters.setdefault(sentence.chapter, []).append(sentence)
-        return list(chapters.items())
+        return list(self._by_chapter.items())
 
 
 def _until_stopped(
