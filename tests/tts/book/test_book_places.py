@@ -89,16 +89,23 @@ def test_more_chapters_than_the_format_marks_is_refused_first(tmp_path):
     assert "1000 chapters" in said and ".opus" in said and ".m4b" in said
 
 
-def _in_namespace(script: str, *args: str) -> subprocess.CompletedProcess:
-    """``script`` run by sh as root of a user and mount namespace of its own
-    (``unshare -rm``), where it may mount a tmpfs; skipped where it cannot."""
+def _book_on_a_tmpfs(tmp_path, mount: str, book: str, *flags: str):
+    """``mlx-speech book`` writing into a tmpfs mounted with ``mount``'s
+    options, in a user and mount namespace of its own (``unshare -rm``);
+    skipped where there is none."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare is not installed")
     probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"no user namespaces here: {probe.stderr.decode().strip()}")
+    source = tmp_path / "b.md"
+    source.write_text(book)
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    script = f'mount -t tmpfs -o {mount} none "$1" && shift && exec "$@"'
+    command = [MLX_SPEECH, "book", str(source), "-o", str(folder / "b.flac"), *flags]
     return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script, "sh", *args],
+        ["unshare", "-rm", "sh", "-c", script, "sh", str(folder), *command],
         capture_output=True,
         text=True,
         timeout=300,
@@ -106,29 +113,15 @@ def _in_namespace(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_read_only_folder_is_refused_before_the_model_loads(tmp_path):
-    source = tmp_path / "b.md"
-    source.write_text(markdown_book(1))
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    done = _in_namespace(
-        'mount -t tmpfs -o ro none "$1" && shift && exec "$@"',
-        str(folder), MLX_SPEECH, "book", str(source), "-o", str(folder / "b.m4b"),
-        "--model", "/no/such/model",
-    )  # fmt: skip
+    done = _book_on_a_tmpfs(tmp_path, "ro", markdown_book(1), "--model", "/no/such/model")
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "read-only disk" in done.stderr
 
 
 def test_a_full_disk_says_one_line(speaking_dir, tmp_path):
-    source = tmp_path / "b.md"
-    source.write_text(markdown_book(12))
-    folder = tmp_path / "small"
-    folder.mkdir()
-    done = _in_namespace(
-        'mount -t tmpfs -o size=96k none "$1" && shift && exec "$@"',
-        str(folder), MLX_SPEECH, "book", str(source), "-o", str(folder / "b.flac"),
-        "--model", str(speaking_dir), *SHORT,
-    )  # fmt: skip
+    done = _book_on_a_tmpfs(
+        tmp_path, "size=96k", markdown_book(12), "--model", str(speaking_dir), *SHORT
+    )
     assert done.returncode == 1, done.stderr
     error = done.stderr.strip().splitlines()[-1]
     assert "No space left on device" in error and "run the same command again" in error
