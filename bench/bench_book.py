@@ -8,7 +8,7 @@ One model, loaded once, speaks one made-up book (``--chapters`` chapters of
 
 - ``speak``: the whole text as ``mlx-speech speak --captions`` speaks it,
   one sentence after another (``TTS.stream_text``);
-- ``book``: ``TTS.book``, its sentences many at a time through the
+- ``book``: ``speak_book``, its sentences many at a time through the
   batching engine (into a fresh store: nothing reused).
 
 Both give the same sentences; it prints each one's audio, wall time and
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from mlx_speech.backends import blas_name
 from mlx_speech.book.source import read_book
+from mlx_speech.book.speech import speak_book
 
 WORDS = "the quiet river carried our small boat past the old mill at dawn".split()
 
@@ -54,7 +55,7 @@ def _speak_time(tts, text: str, options: dict) -> tuple[float, float, int]:
 def _book_time(tts, path: Path, options: dict) -> tuple[float, float, int]:
     with tempfile.TemporaryDirectory() as store:
         started = time.perf_counter()
-        book = tts.book(path, store=store, **options)
+        book = speak_book(tts, path, store=store, **options)
         took = time.perf_counter() - started
     return took, sum(c.audio.duration for c in book.chapters), len(book.captions)
 

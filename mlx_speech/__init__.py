@@ -28,6 +28,7 @@ _EXPORTS = {
     "LexiconError": "text.lexicon",
     "VoiceStore": "voices.store",
     "load": "loading",
+    "speak_book": "book.speech",
 }
 
 __all__ = ["DEFAULT_MODEL", *_EXPORTS]

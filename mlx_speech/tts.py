@@ -5,16 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .audio.samples import Audio
 from .audio.time_stretch import StretchedStream, check_speed
-from .book.source import Book
-from .book.speaker import IN_FLIGHT, SentenceSpoken
-from .book.speech import SpokenBook, speak_book
 from .engine import ChunkStream, Engine
 from .errors import InvalidRequest
 from .families import SpeechInput, SpeechService
@@ -234,9 +230,10 @@ class TTS:
     def check_request(self, request: SpeechRequest) -> tuple[str, ...]:
         """``check`` for a ``SpeechRequest``: its text is checked, not read out."""
         resolved = self.resolve(request)
-        return self._checked(resolved, request.text)
+        return self.check_resolved(resolved, request.text)
 
-    def _checked(self, resolved: Resolved, text: str) -> tuple[str, ...]:
+    def check_resolved(self, resolved: Resolved, text: str) -> tuple[str, ...]:
+        """``check_request`` for a request resolved already, with ``text``."""
         asked = resolved.asked
         request = self._prepared(
             resolved, text, asked.ref_text, resolved.voice, asked.language
@@ -273,10 +270,10 @@ class TTS:
         """``stream`` for a ``SpeechRequest``."""
         return self._open_resolved(self.resolve(request))
 
-    def opener(self, request: SpeechRequest) -> Callable[[str], SpeechStream]:
-        """``open`` for many texts in ``request``'s voice and options, resolved
-        once (a clip decoded once); each text is checked as it opens."""
-        resolved = self._reusable(self.resolve(request))
+    def opener(self, resolved: Resolved) -> Callable[[str], SpeechStream]:
+        """``open`` for many texts in a resolved request's voice and options
+        (a clip decoded once); each text is checked as it opens."""
+        resolved = self._reusable(resolved)
 
         def open_text(text: str) -> SpeechStream:
             asked = replace(resolved.asked, text=text)
@@ -378,32 +375,6 @@ class TTS:
         samples = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
         return Audio(samples, self.sample_rate)
 
-    def book(
-        self,
-        source: str | Path | Book,
-        voice: Any = None,
-        *,
-        store: str | Path | None = None,
-        in_flight: int = IN_FLIGHT,
-        spoken: Callable[[SentenceSpoken], None] | None = None,
-        **options: Any,
-    ) -> SpokenBook:
-        """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
-        chapter by chapter, ``in_flight`` sentences at once; ``.write(path)``
-        makes an audiobook of it. ``store``: a folder that keeps each sentence
-        as it is spoken, so that a call stopped at any point resumes (default:
-        a temporary one); ``spoken`` is called as each sentence is kept, from
-        the thread that spoke it. Takes the keywords of ``stream``."""
-        request = SpeechRequest.of("", voice, **options)
-        return speak_book(
-            self,
-            source,
-            request,
-            store=store,
-            in_flight=in_flight,
-            spoken=spoken or (lambda _: None),
-        )
-
     def stream_text(
         self,
         deltas: Iterable[str],
@@ -465,7 +436,7 @@ class TTS:
         segmenter = TextSegmenter(split)
         # a clip is decoded once for every segment (it cost each a decode)
         resolved = self._reusable(self.resolve(request))
-        ignored = self._checked(resolved, "Checking the options.")
+        ignored = self.check_resolved(resolved, "Checking the options.")
         limit, read_out, paused = self.max_text_chars, 0, 0.0
         tagged_voice = None  # a voice tag's voice holds until the next tag
 

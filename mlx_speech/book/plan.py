@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ..text.lexicon import Lexicon
 from ..text.script import is_ssml, script_of, shown_text, voice_after
 from ..text.segments import TextSegmenter
+from ..tts import Resolved
 from .source import Book
 
 
@@ -63,7 +65,7 @@ def chapter_segments(text: str) -> Iterator[str]:
         yield from segmenter.finish()
 
 
-def speech_identity(model: str, resolved: Any, lexicon: Any) -> str:
+def speech_identity(model: str, resolved: Resolved, lexicon: Lexicon | None) -> str:
     """What a sentence's audio depends on beside its text, as one string:
     ``resolved`` is the request as ``TTS.resolve`` gives it (its voice found,
     its pace and normalization decided), so a default asked for and a

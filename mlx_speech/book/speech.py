@@ -1,5 +1,5 @@
 """One book spoken with one request's voice and options, as every surface
-speaks it (the command, ``TTS.book``, the server's jobs): its plan checked
+speaks it (the command, ``speak_book``, the server's jobs): its plan checked
 before any work, its missing sentences spoken into a store, and the spoken
 book put together from the store."""
 
@@ -10,6 +10,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from ..audio.samples import Audio
 from ..request import SpeechRequest
 from ..text.captions import Caption
 from ..text.tags import TAG
+from ..tts import TTS
 from .assembly import book_captions, book_chunks, chapter_marks, sentence_lengths
+from .files import chapter_paths, write_whole
 from .plan import Sentence, book_sentences, speech_identity
 from .source import Book, BookError, read_book
 from .speaker import IN_FLIGHT, BookCancelled, SentenceSpoken, speak_missing
@@ -30,10 +33,11 @@ NO_AUDIO = "no sentence of the book has audio: there is nothing to write"
 
 
 class BookSpeech:
-    def __init__(self, tts: Any, book: Book, request: SpeechRequest):
-        """Checks the request and every voice the book's tags name
-        (``ValueError``), so a bad one fails now, not hours in."""
-        identity = speech_identity(tts.model, tts.resolve(request), tts.lexicon)
+    def __init__(self, tts: TTS, book: Book, request: SpeechRequest):
+        """Resolves the request once and checks it and every voice the book's
+        tags name (``ValueError``), so a bad one fails now, not hours in."""
+        resolved = tts.resolve(request)
+        identity = speech_identity(tts.model, resolved, tts.lexicon)
         self.book = book
         self.sentences: list[Sentence] = book_sentences(book, identity)
         if not self.sentences:
@@ -43,10 +47,13 @@ class BookSpeech:
             self._by_chapter.setdefault(sentence.chapter, []).append(sentence)
         self.rate = tts.sample_rate
         self.channels = request.channels or 1
-        tts.check_request(replace(request, text=self.sentences[0].shown or "Checking."))
+        said = next((s.shown for s in self.sentences if s.shown), None)
+        if said is None:
+            raise BookError("the book says nothing: it has only tags")
+        tts.check_resolved(resolved, said)
         for name in _tagged_voices(self.sentences):
             tts.resolve(replace(request, voice=name, voice_paths=False))
-        self._open = tts.opener(request)
+        self._open = tts.opener(resolved)
 
     def kept(self, store: SpokenStore) -> int:
         """How many of the sentences the store has already."""
@@ -96,22 +103,32 @@ class BookSpeech:
             format=format,
         )
 
-    def chapter_samples(self, store: SpokenStore, index: int) -> int:
-        """How long chapter ``index``'s audio is."""
-        return sum(sentence_lengths(store, self._by_chapter.get(index, [])))
-
-    def write_chapter(
-        self, store: SpokenStore, index: int, path: Path, format: str | None = None
+    def write_chapters(
+        self, store: SpokenStore, folder: Path, suffix: str, format: str | None = None
     ) -> None:
-        """Chapter ``index`` alone into ``path``, marked as one chapter (it
-        must have audio: ``chapter_samples``)."""
+        """Each chapter with audio as a file of its own in ``folder`` (made
+        where missing; named by ``files.chapter_paths``), marked as one
+        chapter, each written whole or not at all."""
+        folder.mkdir(parents=True, exist_ok=True)
+        titles = [chapter.title for chapter in self.book.chapters]
+        for index, path in enumerate(chapter_paths(titles, folder, suffix)):
+            sentences = self._by_chapter.get(index, [])
+            length = sum(sentence_lengths(store, sentences))
+            if length:
+                write_whole(
+                    path, partial(self._write_chapter, store, index, length, format)
+                )
+
+    def _write_chapter(
+        self, store: SpokenStore, index: int, length: int, format: str | None, path: Path
+    ) -> None:
         title = self.book.chapters[index].title
         write_book_audio(
             path,
             book_chunks(store, self._by_chapter[index]),
             self.rate,
             self.channels,
-            [ChapterMark(title, 0, self.chapter_samples(store, index))],
+            [ChapterMark(title, 0, length)],
             title=title,
             author=self.book.author,
             format=format,
@@ -151,7 +168,7 @@ class SpokenChapter:
 
 @dataclass(frozen=True)
 class SpokenBook:
-    """What ``TTS.book`` returns: the chapters' audio and captions."""
+    """What ``speak_book`` returns: the chapters' audio and captions."""
 
     title: str | None
     author: str | None
@@ -196,22 +213,28 @@ class SpokenBook:
 
 
 def speak_book(
-    tts: Any,
+    tts: TTS,
     source: str | Path | Book,
-    request: SpeechRequest,
+    voice: Any = None,
     *,
     store: str | Path | None = None,
     in_flight: int = IN_FLIGHT,
-    spoken: Callable[[SentenceSpoken], None] = lambda _: None,
+    spoken: Callable[[SentenceSpoken], None] | None = None,
+    **options: Any,
 ) -> SpokenBook:
-    """``TTS.book``: the book read (a path) and spoken into ``store`` (a
-    temporary folder where None), then held in memory."""
+    """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
+    by ``tts`` chapter by chapter, ``in_flight`` sentences at once;
+    ``.write(path)`` makes an audiobook of it. ``store``: a folder that keeps
+    each sentence as it is spoken, so that a call stopped at any point
+    resumes (default: a temporary one); ``spoken`` is called as each
+    sentence is kept, from the thread that spoke it. Takes the keywords of
+    ``TTS.stream``."""
     book = source if isinstance(source, Book) else read_book(source)
-    speech = BookSpeech(tts, book, request)
+    speech = BookSpeech(tts, book, SpeechRequest.of("", voice, **options))
     with contextlib.ExitStack() as stack:
         folder = store or stack.enter_context(tempfile.TemporaryDirectory())
         kept = stack.enter_context(SpokenStore(Path(folder)))
-        speech.speak(kept, in_flight=in_flight, spoken=spoken)
+        speech.speak(kept, in_flight=in_flight, spoken=spoken or (lambda _: None))
         return spoken_book(speech, kept)
 
 

@@ -82,6 +82,7 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
     """Every file the command will write, before the model loads
     (``book.places``), and a chapter count the format holds."""
     from ..audio.chapters import book_format, check_chapter_count
+    from ..book.files import chapter_paths
     from ..book.places import check_places
 
     check_chapter_count(book_format(output, args.format), len(book.chapters))
@@ -91,14 +92,9 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
     folders = [_store_folder(output)]
     if args.chapters_dir is not None:
         folders.append(Path(args.chapters_dir))
-        files += _chapter_paths(book, Path(args.chapters_dir), output.suffix)
+        titles = [chapter.title for chapter in book.chapters]
+        files += chapter_paths(titles, Path(args.chapters_dir), output.suffix)
     check_places(Path(args.file), files, folders)
-
-
-def _chapter_paths(book, folder: Path, suffix: str) -> list[Path]:
-    from ..book.files import chapter_paths
-
-    return chapter_paths([chapter.title for chapter in book.chapters], folder, suffix)
 
 
 def _store_folder(output: Path) -> Path:
@@ -137,24 +133,18 @@ def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
     written = lambda path: speech.write(store, path, args.format)  # noqa: E731
     _write_whole(output, written, store.folder)
     if args.chapters_dir is not None:
-        _write_chapters(speech, store, Path(args.chapters_dir), output.suffix, args.format)
+        folder = Path(args.chapters_dir)
+        try:
+            speech.write_chapters(store, folder, output.suffix, args.format)
+        except OSError as error:
+            raise _disk_error(
+                error, f"write the chapters in {folder}", store.folder
+            ) from None
     if args.captions is not None:
         path = Path(args.captions)
         write = webvtt if path.suffix.lower() == ".vtt" else srt
         text = write(speech.captions(store))
         _write_whole(path, lambda p: p.write_text(text, encoding="utf-8"), store.folder)
-
-
-def _write_chapters(speech, store, folder: Path, suffix: str, format_name) -> None:
-    """Each chapter with audio as a file of its own."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for index, path in enumerate(_chapter_paths(speech.book, folder, suffix)):
-        if speech.chapter_samples(store, index):
-
-            def written(partial, index=index):
-                speech.write_chapter(store, index, partial, format_name)
-
-            _write_whole(path, written, store.folder)
 
 
 def _write_whole(path: Path, write: Callable[[Path], object], kept: Path) -> None:

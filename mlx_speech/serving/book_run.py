@@ -22,6 +22,7 @@ from ..book.speaker import SentenceSpoken
 from ..book.speech import BookSpeech
 from ..book.store import SpokenStore
 from ..text.captions import webvtt
+from ..tts import TTS
 from .book_job import BookJob, source_path
 
 # ``update(**changes)``: the job's fields that changed (``BookJob``'s names)
@@ -32,7 +33,7 @@ CAPTIONS_NAME = "captions.vtt"
 
 
 def run_book_job(
-    tts: Any,
+    tts: TTS,
     folder: Path,
     job: BookJob,
     update: Update,

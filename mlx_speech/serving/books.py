@@ -32,6 +32,7 @@ from ..book.speaker import BookCancelled
 from ..book.speech import BookSpeech
 from ..engine import Engine
 from ..request import SpeechRequest
+from ..tts import TTS
 from ..voices.store import default_voices_dir
 from .book_job import (
     ID_PATTERN,
@@ -147,7 +148,7 @@ class BookJobs:
 
     # What requests do
 
-    def create(self, tts: Any, order: BookOrder) -> BookJob:
+    def create(self, tts: TTS, order: BookOrder) -> BookJob:
         """A new job, queued, once its book and request are checked
         (``BookError``, ``ValueError``) and kept on disk (``OSError``)."""
         with self._lock:
@@ -320,7 +321,7 @@ class BookJobs:
 
     # Outside the lock
 
-    def _checked_job(self, tts: Any, order: BookOrder) -> tuple[BookJob, Book]:
+    def _checked_job(self, tts: TTS, order: BookOrder) -> tuple[BookJob, Book]:
         book = titled(book_of(order.source, order.source_name), order.title)
         speech = BookSpeech(tts, book, order.request)
         chapters = len(speech.chapter_sentences())
@@ -366,7 +367,7 @@ class BookJobs:
                     self._running = None
                     running.released.set()
 
-    def _next(self) -> tuple[Any, BookJob, _Running] | None:
+    def _next(self) -> tuple[TTS, BookJob, _Running] | None:
         """The oldest queued job, once the model is loaded; None once stopping."""
         with self._lock:
             while not self._closing:
@@ -379,7 +380,7 @@ class BookJobs:
                 self._lock.wait(MODEL_WAIT_SECONDS if tts is None else None)
             return None
 
-    def _run_job(self, tts: Any, job: BookJob, running: _Running) -> None:
+    def _run_job(self, tts: TTS, job: BookJob, running: _Running) -> None:
         update = partial(self._locked_update, job.id)
         # the engine's other half stays free for live requests
         in_flight = max(1, self._engine.max_active // 2)

@@ -11,7 +11,7 @@ import pytest
 
 import mlx_speech
 from mlx_speech.book.source import read_book
-from mlx_speech.book.speech import BookSpeech
+from mlx_speech.book.speech import BookSpeech, speak_book
 from mlx_speech.book.store import SpokenStore, StoreBusy
 from mlx_speech.request import SpeechRequest
 from tests.tts.support.probe import probed
@@ -53,7 +53,7 @@ def _said_as_a_text_stream(tts, text: str) -> np.ndarray:
 
 
 def test_each_chapter_is_its_text_spoken_sentence_by_sentence(voiced_tts, book_file):
-    book = voiced_tts.book(book_file, **SHORT)
+    book = speak_book(voiced_tts, book_file, **SHORT)
     assert book.title == "The Crossing"
     assert [chapter.title for chapter in book.chapters] == ["Morning", "Evening"]
     morning = "Morning\n\nThe boat left at dawn. Nobody waved.\n\n"
@@ -72,7 +72,7 @@ def test_each_chapter_is_its_text_spoken_sentence_by_sentence(voiced_tts, book_f
 
 
 def test_captions_run_on_across_chapters_and_end_with_the_audio(voiced_tts, book_file):
-    book = voiced_tts.book(book_file, **SHORT)
+    book = speak_book(voiced_tts, book_file, **SHORT)
     captions = book.captions
     assert [c.text for c in captions][:3] == [
         "Morning",
@@ -90,15 +90,15 @@ def test_captions_run_on_across_chapters_and_end_with_the_audio(voiced_tts, book
 def test_a_stopped_book_resumes_from_its_store(voiced_tts, book_file, tmp_path):
     store = tmp_path / "kept"
     told = []
-    voiced_tts.book(book_file, store=store, spoken=told.append, **SHORT)
+    speak_book(voiced_tts, book_file, store=store, spoken=told.append, **SHORT)
     first = len(told)
     assert first == 8  # two headings and six sentences
     told.clear()
-    again = voiced_tts.book(book_file, store=store, spoken=told.append, **SHORT)
+    again = speak_book(voiced_tts, book_file, store=store, spoken=told.append, **SHORT)
     assert told == []  # nothing spoken twice
     edited = tmp_path / "edited.md"
     edited.write_text(BOOK.replace("We slept.", "We slept well."), encoding="utf-8")
-    changed = voiced_tts.book(edited, store=store, spoken=told.append, **SHORT)
+    changed = speak_book(voiced_tts, edited, store=store, spoken=told.append, **SHORT)
     assert [t.sentence.shown for t in told] == ["We slept well."]
     np.testing.assert_array_equal(
         changed.chapters[0].audio.samples, again.chapters[0].audio.samples
@@ -118,7 +118,7 @@ def test_a_bad_voice_tag_fails_before_any_work(voiced_tts, tmp_path):
     path = tmp_path / "bad.md"
     path.write_text("# One\n\nFine.\n\n# Two\n\n[voice:nobody] Not fine.\n")
     with pytest.raises(ValueError, match="nobody"):
-        voiced_tts.book(path, store=tmp_path / "kept", **SHORT)
+        speak_book(voiced_tts, path, store=tmp_path / "kept", **SHORT)
     assert not list((tmp_path).glob("kept/*.flac"))
 
 
@@ -130,7 +130,7 @@ def test_one_run_at_a_time_holds_a_store(tmp_path):
 
 
 def test_the_written_book_has_its_chapters(voiced_tts, book_file, tmp_path):
-    book = voiced_tts.book(book_file, **SHORT)
+    book = speak_book(voiced_tts, book_file, **SHORT)
     path = book.write(tmp_path / "crossing.m4b")
     found = probed(path)
     assert [c["tags"]["title"] for c in found["chapters"]] == ["Morning", "Evening"]
@@ -141,7 +141,7 @@ def test_an_ssml_paragraph_is_spoken_whole(voiced_tts, tmp_path):
     ssml = '<speak>Hello Bob. <voice name="grandma">Hi Alice!</voice></speak>'
     path = tmp_path / "play.txt"
     path.write_text(f"A first line.\n\n{ssml}\n")
-    book = voiced_tts.book(path, **SHORT)
+    book = speak_book(voiced_tts, path, **SHORT)
     assert [c.text for c in book.captions] == ["A first line.", "Hello Bob. Hi Alice!"]
     whole = voiced_tts.speak(ssml, **SHORT).samples
     spoken = book.chapters[0].audio.samples[book.captions[1].start :]
@@ -164,7 +164,7 @@ def test_the_lexicon_and_the_pace_hold_in_a_book(speaking_dir, tmp_path):
     said = mlx_speech.load(speaking_dir, lexicon=mlx_speech.Lexicon([("SQL", "sequel")]))
     path = tmp_path / "db.txt"
     path.write_text("We use SQL daily.\n")
-    book = said.book(path, speed=1.5, **SHORT)
+    book = speak_book(said, path, speed=1.5, **SHORT)
     expected = said.speak("We use sequel daily.", speed=1.5, **SHORT).samples
     np.testing.assert_allclose(book.chapters[0].audio.samples, expected, rtol=0, atol=KEPT)
     plain = mlx_speech.load(speaking_dir).speak("We use SQL daily.", speed=1.5, **SHORT)

@@ -19,6 +19,7 @@ import mlx_speech
 from mlx_speech.audio.chapters import ChapterMark, check_chapter_count, write_book_audio
 from mlx_speech.book.files import chapter_paths, file_name, partial_path
 from mlx_speech.book.source import BookError, book_of
+from mlx_speech.book.speech import speak_book
 from mlx_speech.book.store import SpokenStore
 from tests.tts.support.probe import probed
 from tests.tts.support.raw_epub import page, raw_epub
@@ -35,7 +36,7 @@ def test_a_sentence_without_audio_adds_nothing_and_a_rerun_finishes(speaking_tts
     path.write_text(PAUSE_ONLY)
     store = tmp_path / "kept"
     for _ in range(2):  # the second run resumes from what the first kept
-        book = speaking_tts.book(path, store=store, **SHORT)
+        book = speak_book(speaking_tts, path, store=store, **SHORT)
         written = book.write(tmp_path / "p0.flac")
         assert [c.text for c in book.captions] == ["Hello there.", "Bye now."]
         assert book.captions[-1].end == soundfile.info(written).frames
@@ -49,13 +50,13 @@ def test_a_kept_file_that_does_not_read_is_spoken_again(speaking_tts, tmp_path):
     path = tmp_path / "three.txt"
     path.write_text("One here.\n\nTwo here.\n\nThree here.\n")
     store = tmp_path / "kept"
-    first = speaking_tts.book(path, store=store, **SHORT)
+    first = speak_book(speaking_tts, path, store=store, **SHORT)
     kept = sorted(store.glob("*.flac"))
     assert len(kept) == 3
     kept[0].write_bytes(b"")  # what a run of an older version left
     kept[1].write_bytes(kept[1].read_bytes()[:100])  # a header cut short
     told = []
-    again = speaking_tts.book(path, store=store, spoken=told.append, **SHORT)
+    again = speak_book(speaking_tts, path, store=store, spoken=told.append, **SHORT)
     assert len(told) == 2
     for before, after in zip(first.chapters, again.chapters, strict=True):
         np.testing.assert_array_equal(before.audio.samples, after.audio.samples)
@@ -75,7 +76,9 @@ def test_a_book_of_takes_that_end_at_once_is_written_whole(stopping_tts, tmp_pat
     path.write_text(text)
     options = {"max_new_tokens": 3, "seed": 19, "temperature": 1.0}
     told = []
-    book = stopping_tts.book(path, store=tmp_path / "kept", spoken=told.append, **options)
+    book = speak_book(
+        stopping_tts, path, store=tmp_path / "kept", spoken=told.append, **options
+    )
     empty = [t for t in told if t.samples == 0]
     assert len(empty) >= 3 and len(told) - len(empty) >= 3  # many empty, some heard
     written = book.write(tmp_path / "stops.m4b")
@@ -232,12 +235,12 @@ def test_m4b_marks_every_chapter(tmp_path):
 def test_the_python_api_says_no_audio_in_words(speaking_tts, tmp_path):
     path = tmp_path / "silent.txt"
     path.write_text("[pause:0s]\n\nWords.\n")
-    book = speaking_tts.book(path, max_new_tokens=3, seed=1)
+    book = speak_book(speaking_tts, path, max_new_tokens=3, seed=1)
     book = replace(book, chapters=[])  # as a book whose every take ended at once
     assert book.captions == []
     with pytest.raises(BookError, match="no sentence of the book has audio"):
         book.write(tmp_path / "silent.m4b")
 
 
-def test_the_module_is_the_api():
-    assert mlx_speech.TTS.book  # the entry point these tests speak through
+def test_the_package_exports_the_books_entry_point():
+    assert mlx_speech.speak_book is speak_book

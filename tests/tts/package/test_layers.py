@@ -31,6 +31,12 @@ def test_the_core_and_wyoming_load_nothing_of_http(module):
         assert "mlx_speech.wyoming_server" not in loaded
 
 
+def test_the_library_loads_nothing_of_books():
+    """Books are a client of ``TTS``, above it: speaking loads none of them."""
+    loaded = modules_loaded_by("mlx_speech.tts")
+    assert not {name for name in loaded if name.startswith("mlx_speech.book")}
+
+
 AS_ON_A_MAC = """
 import sys
 import urllib.request  # noqa: its macOS branch needs macOS itself
