@@ -220,6 +220,7 @@ def speak_book(
     store: str | Path | None = None,
     in_flight: int = IN_FLIGHT,
     spoken: Callable[[SentenceSpoken], None] | None = None,
+    footnotes: str = "skip",
     **options: Any,
 ) -> SpokenBook:
     """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
@@ -227,9 +228,10 @@ def speak_book(
     ``.write(path)`` makes an audiobook of it. ``store``: a folder that keeps
     each sentence as it is spoken, so that a call stopped at any point
     resumes (default: a temporary one); ``spoken`` is called as each
-    sentence is kept, from the thread that spoke it. Takes the keywords of
-    ``TTS.stream``."""
-    book = source if isinstance(source, Book) else read_book(source)
+    sentence is kept, from the thread that spoke it. ``footnotes``: "skip",
+    or "chapter-end" to read a chapter's notes at its end (for a path). Takes
+    the keywords of ``TTS.stream``."""
+    book = source if isinstance(source, Book) else read_book(source, footnotes=footnotes)
     speech = BookSpeech(tts, book, SpeechRequest.of("", voice, **options))
     with contextlib.ExitStack() as stack:
         folder = store or stack.enter_context(tempfile.TemporaryDirectory())

@@ -5,9 +5,13 @@ A sentence ends at ``. ! ?`` (a run such as ``?!`` or ``...`` counts once)
 followed by a space (after an ellipsis, by a word that can start a sentence),
 and at ``。！？`` at once. Decimals (``3.5``), abbreviations (``Dr. Smith``, ``e.g. this``),
 initials (``J. R. Tolkien``) and an ellipsis inside a sentence (``wait... no``)
-do not end one. Clauses also end at ``, ; :`` and ``，、；：``. Text that runs
-past ``max_chars`` without an end is cut at its last space (anywhere, for
-text without spaces), so the wait for a segment stays bounded. With split
+do not end one. Nor does what ends inside quotation marks (``« … ? »``,
+``„…“``, ``“…”``, ``「…」``) or inverted marks (``¿…?``, ``¡…!``): a quote
+that ends with its sentence ends it where it closes, unless the words after
+it go on in lower case (``« Où es-tu ? » cria Hélène.``). Clauses also end
+at ``, ; :`` and ``，、；：``. Text that runs past ``max_chars`` without an
+end is cut at its last space (anywhere, for text without spaces), so the
+wait for a segment stays bounded. With split
 "none" the text is one segment, held whole until its end: at most
 ``MAX_WHOLE_CHARS``, what the other splits may hold in their queued segments.
 """
@@ -25,6 +29,13 @@ _CJK_SENTENCE_ENDS = "。！？"
 _CLAUSE_ENDS = ",;:"
 _CJK_CLAUSE_ENDS = "，、；："
 _CLOSERS = "\"')]}”’»」』）"
+# Quotation marks and inverted marks that open what their closer ends; „ is
+# closed by “ (German), which opens in English.
+_PAIRS = {
+    "«": "»", "‹": "›", "“": "”", "„": "“", "「": "」", "『": "』", "¿": "?", "¡": "!",
+}  # fmt: skip
+_CJK_CLOSERS = "」』"
+_SPACES = " \u00a0\u202f"  # French typography sets a thin space inside « »
 _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e",
     "fig", "approx", "inc", "ltd", "co", "mt", "jan", "feb", "mar", "apr",
@@ -90,9 +101,30 @@ class TextSegmenter:
         text = self._pending
         ends = _SENTENCE_ENDS + (_CLAUSE_ENDS if self._split == "clause" else "")
         cjk = _CJK_SENTENCE_ENDS + (_CJK_CLAUSE_ENDS if self._split == "clause" else "")
+        open_quotes: list[str] = []  # the closers awaited, innermost last
         index = 0
         while index < len(text):
             char = text[index]
+            if open_quotes and char == open_quotes[-1]:
+                open_quotes.pop()
+                if not open_quotes and char not in "?!":
+                    verdict = _quote_ends_sentence(text, index, ends + cjk, final)
+                    if verdict is None:
+                        return None
+                    if verdict:
+                        return _after_closers(text, index + 1)
+                    index += 1
+                    continue
+                if open_quotes:
+                    index += 1
+                    continue
+            elif char in _PAIRS:
+                open_quotes.append(_PAIRS[char])
+                index += 1
+                continue
+            elif open_quotes:
+                index += 1
+                continue
             if char in cjk:
                 return _after_closers(text, index + 1)
             if char in ends:
@@ -103,6 +135,10 @@ class TextSegmenter:
                 verdict = _ends_here(text, index, run_end, end, final)
                 if verdict is None:
                     return None  # wait: what follows decides
+                if verdict and char in "?!" and "¿¡"[char == "!"] in text[:index]:
+                    if not final and not text[end:].strip(_SPACES + _CLOSERS):
+                        return None  # the next word decides: ¿dónde estás? y no...
+                    verdict = not _goes_on(text[end:])
                 if verdict:
                     return end
                 index = end
@@ -122,6 +158,27 @@ def _after_closers(text: str, index: int) -> int:
     while index < len(text) and text[index] in _CLOSERS:
         index += 1
     return index
+
+
+def _quote_ends_sentence(text: str, closer: int, ends: str, final: bool) -> bool | None:
+    """Whether a quote closed at ``closer`` ends its sentence: it ended with
+    a sentence's end inside, and what follows is not the sentence going on
+    (a word in lower case, a comma); None while that has not arrived."""
+    before = text[:closer].rstrip(_SPACES)
+    if not before or before[-1] not in ends:
+        return False
+    if text[closer] in _CJK_CLOSERS:
+        return False  # 「どこ？」と叫んだ。: the sentence ends at its own 。
+    rest = text[closer + 1 :]
+    if not rest.lstrip(_SPACES + _CLOSERS):
+        return True if final else None
+    return rest[:1].isspace() and not _goes_on(rest)
+
+
+def _goes_on(rest: str) -> bool:
+    """Whether the words after a quote or a ``?`` go on with its sentence."""
+    following = rest.lstrip(_SPACES + _CLOSERS)
+    return bool(following) and (following[0].islower() or following[0] in ",;:—–-")
 
 
 def _ends_here(text: str, start: int, run_end: int, end: int, final: bool) -> bool | None:

@@ -33,6 +33,14 @@ SENTENCES = [
     ("No ending at all", ["No ending at all"]),
     ("  Spaces around.   ", ["Spaces around."]),
     ("One.\n\nTwo.", ["One.", "Two."]),
+    # quotation marks and what ends inside them stay with their sentence
+    ("« Où es-tu ? » cria Hélène. Rien.", ["« Où es-tu ? » cria Hélène.", "Rien."]),
+    ("« Je viens. » Il partit.", ["« Je viens. »", "Il partit."]),
+    ("„Wo bist du?“, rief sie. Dann.", ["„Wo bist du?“, rief sie.", "Dann."]),
+    ("Dije ¿dónde estás? y nada. Fin.", ["Dije ¿dónde estás? y nada.", "Fin."]),
+    ("¿Vienes? Sí.", ["¿Vienes?", "Sí."]),
+    ("「どこ？」と叫んだ。去った。", ["「どこ？」と叫んだ。", "去った。"]),
+    ("“Stop! Now!” he said. She ran.", ["“Stop! Now!” he said.", "She ran."]),
 ]
 
 

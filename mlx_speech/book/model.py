@@ -1,0 +1,100 @@
+"""What a book is once read, whatever file it came from: its title, author
+and chapters of plain, speakable text, and what was left out unspoken;
+with the bounds every reader holds it to."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MAX_BOOK_BYTES = 16 * 1024 * 1024
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Chapter:
+    title: str
+    """Never empty: the chapter's heading, else the book's title or "Chapter N"."""
+    text: str
+    """What is spoken: plain text, paragraphs separated by a blank line; never empty."""
+
+
+@dataclass(frozen=True)
+class Book:
+    title: str | None
+    author: str | None
+    chapters: tuple[Chapter, ...]
+    """At least one."""
+    left_out: tuple[str, ...] = ()
+    """What a reader skips and was not read, each with why: "the table of
+    contents (nav.xhtml)", "3 footnotes"..."""
+
+
+class BookError(ValueError):
+    """A book that cannot be read: a one-line message that names the file and
+    says what to do."""
+
+
+def check_size(size: int, max_bytes: int, name: str) -> None:
+    if size > max_bytes:
+        # Rounded up, so that a file just over the limit never reads as equal to it.
+        megabytes = math.ceil(size * 10 / MIB) / 10
+        raise BookError(
+            f"{name!r} is {megabytes:.1f} MB; the limit is {_megabytes(max_bytes)} MB:"
+            " split it into parts"
+        )
+
+
+class TextBudget:
+    """The text a book yields is bounded as a plain text file is, counted
+    as it is read, so that a small archive cannot expand into more."""
+
+    def __init__(self, max_bytes: int, name: str):
+        self.left = max_bytes
+        self.max_bytes = max_bytes
+        self.name = name
+
+    def spend(self, text: str) -> None:
+        self.left -= len(text.encode())
+        if self.left < 0:
+            raise BookError(
+                f"{self.name!r} holds more than {_megabytes(self.max_bytes)} MB of text,"
+                " the limit for a book: split it into parts"
+            )
+
+
+def chapters_of(sections: Sequence[tuple[str | None, Sequence[str]]]) -> list[Chapter]:
+    """A chapter for each (title, paragraphs) with words, of its paragraphs that
+    have words (whitespace collapsed), titled "Chapter N" if it has no title."""
+    chapters = []
+    for title, paragraphs in sections:
+        spoken = [" ".join(p.split()) for p in paragraphs if any(c.isalnum() for c in p)]
+        if spoken:
+            number = len(chapters) + 1
+            chapters.append(Chapter(title or f"Chapter {number}", "\n\n".join(spoken)))
+    return chapters
+
+
+def book_with(
+    title: str | None,
+    author: str | None,
+    chapters: Sequence[Chapter],
+    name: str,
+    left_out: Sequence[str] = (),
+) -> Book:
+    """The book, which must say something."""
+    if not chapters:
+        raise BookError(f"{name!r} has no text to speak")
+    return Book(title or None, author or None, tuple(chapters), tuple(left_out))
+
+
+def counted(kind: str, count: int) -> str:
+    """A line of ``Book.left_out`` for ``count`` things of one kind ("" for none)."""
+    if not count:
+        return ""
+    return f"a {kind}" if count == 1 else f"{count} {kind}s"
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / MIB:.1f}".removesuffix(".0")
