@@ -16,7 +16,6 @@ from mdit_py_plugins.footnote import footnote_plugin
 from .model import Book, book_with, chapters_of, counted
 from .xhtml import SKIPPED
 
-FOOTNOTES = ("skip", "chapter-end")
 _FRONT_MATTER = re.compile(r"\A---\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
 # pandoc's attributes after a heading: {#id .class key=value}, or {-}
 _HEADING_ATTRIBUTES = re.compile(r"\s*\{\s*(-|[#.][^{}]*|[\w:-]+=[^{}]*)\}\s*\Z")

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 MAX_BOOK_BYTES = 16 * 1024 * 1024
 MIB = 1024 * 1024
+# Where a book's notes go: left out, or read at the end of the chapter
+# that cites them.
+FOOTNOTES = ("skip", "chapter-end")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,13 +33,19 @@ class Sentence:
     text: str  # what the model is given: a carried voice tag, then the sentence
     shown: str  # what its caption says
     key: str  # its audio's name in the store
+    take: int = 0  # its chapter's take: 0, then one more at each --redo
 
 
-def book_sentences(book: Book, identity: str) -> list[Sentence]:
+def book_sentences(
+    book: Book, identity: str, takes: Mapping[int, int] | None = None
+) -> list[Sentence]:
     """Every sentence of ``book`` in order; ``identity`` (``speech_identity``)
-    names the model, voice and options they are spoken with."""
+    names the model, voice and options they are spoken with, and ``takes``
+    the take of each chapter spoken again (``--redo``; by chapter index)."""
     sentences, voice = [], None
     for index, chapter in enumerate(book.chapters):
+        take = (takes or {}).get(index, 0)
+        chapter_identity = f"{identity}\ntake {take}" if take else identity
         for text in chapter_segments(chapter.text):
             given = text if voice is None else f"[voice:{voice}] {text}"
             voice = voice_after(text, voice)
@@ -47,7 +53,8 @@ def book_sentences(book: Book, identity: str) -> list[Sentence]:
             if script is not None and not script.parts:
                 continue  # voice tags alone: they say nothing, and change the voice
             shown = shown_text(text).strip()
-            sentences.append(Sentence(index, given, shown, _key(identity, given)))
+            key = _key(chapter_identity, given)
+            sentences.append(Sentence(index, given, shown, key, take))
     return sentences
 
 

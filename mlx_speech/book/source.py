@@ -17,8 +17,9 @@ from pathlib import Path, PurePath
 
 from ..regular_files import NotRegularFile, open_regular
 from .epub import epub_book
-from .markdown import FOOTNOTES, markdown_book
+from .markdown import markdown_book
 from .model import (
+    FOOTNOTES,
     MAX_BOOK_BYTES,
     Book,
     BookError,

@@ -69,7 +69,7 @@ class _Run:
 
 
 def speak_missing(
-    open_stream: Callable[[str], Iterable],
+    open_stream: Callable[[Sentence], Iterable],
     sentences: Sequence[Sentence],
     store: SpokenStore,
     rate: int,
@@ -78,8 +78,8 @@ def speak_missing(
     spoken: Callable[[SentenceSpoken], None] = lambda _: None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Speak each sentence the store lacks (``open_stream(text)`` gives its
-    chunks) and keep it; ``spoken`` is called as each is kept, from the
+    """Speak each sentence the store lacks (``open_stream(sentence)`` gives
+    its chunks) and keep it; ``spoken`` is called as each is kept, from the
     thread that spoke it. Raises the first failure once all threads end, or
     ``BookCancelled`` once ``stop`` is set."""
     if stop is not None and stop.is_set():
@@ -128,7 +128,7 @@ def _join(threads: list[threading.Thread], run: _Run, stop: threading.Event | No
 def _speak_until_done(run: _Run, open_stream, store, rate, spoken) -> None:
     while (sentence := run.next_sentence()) is not None:
         try:
-            samples = _spoken(run, open_stream, sentence.text)
+            samples = _spoken(run, open_stream, sentence)
             if samples is None:
                 return  # stopped
             store.save(sentence.key, samples, rate)
@@ -139,9 +139,9 @@ def _speak_until_done(run: _Run, open_stream, store, rate, spoken) -> None:
             return
 
 
-def _spoken(run: _Run, open_stream, text: str) -> np.ndarray | None:
+def _spoken(run: _Run, open_stream, sentence: Sentence) -> np.ndarray | None:
     """The sentence's audio, or None if the run stopped first."""
-    stream = open_stream(text)
+    stream = open_stream(sentence)
     with run.lock:
         run.streams.add(stream)
     try:

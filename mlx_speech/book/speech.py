@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -23,23 +23,39 @@ from ..text.captions import Caption
 from ..text.tags import TAG
 from ..tts import TTS
 from .assembly import book_captions, book_chunks, chapter_marks, sentence_lengths
+from .contents import chosen_chapters
 from .files import chapter_paths, write_whole
 from .plan import Sentence, book_sentences, speech_identity
 from .source import Book, BookError, read_book
 from .speaker import IN_FLIGHT, BookCancelled, SentenceSpoken, speak_missing
-from .store import SpokenStore
+from .store import SpokenStore, kept_takes, redone
 
 NO_AUDIO = "no sentence of the book has audio: there is nothing to write"
 
 
 class BookSpeech:
-    def __init__(self, tts: TTS, book: Book, request: SpeechRequest):
+    def __init__(
+        self,
+        tts: TTS,
+        book: Book,
+        request: SpeechRequest,
+        *,
+        chapters: frozenset[int] | None = None,
+        takes: Mapping[int, int] | None = None,
+    ):
         """Resolves the request once and checks it and every voice the book's
-        tags name (``ValueError``), so a bad one fails now, not hours in."""
+        tags name (``ValueError``), so a bad one fails now, not hours in.
+        ``chapters``: the indexes of those to speak (all where None);
+        ``takes``: a chapter's take where it was spoken again (``--redo``),
+        by index: another seed, so other sentences."""
         resolved = tts.resolve(request)
         identity = speech_identity(tts.model, resolved, tts.lexicon)
         self.book = book
-        self.sentences: list[Sentence] = book_sentences(book, identity)
+        self.sentences: list[Sentence] = [
+            sentence
+            for sentence in book_sentences(book, identity, takes)
+            if chapters is None or sentence.chapter in chapters
+        ]
         if not self.sentences:
             raise BookError("the book says nothing: it has only voice tags")
         self._by_chapter: dict[int, list[Sentence]] = {}
@@ -53,7 +69,10 @@ class BookSpeech:
         tts.check_resolved(resolved, said)
         for name in _tagged_voices(self.sentences):
             tts.resolve(replace(request, voice=name, voice_paths=False))
-        self._open = tts.opener(resolved)
+        openers = {0: tts.opener(resolved)}
+        for take in {sentence.take for sentence in self.sentences} - {0}:
+            openers[take] = tts.opener(tts.resolve(_retaken(request, take)))
+        self._open = lambda sentence: openers[sentence.take](sentence.text)
 
     def kept(self, store: SpokenStore) -> int:
         """How many of the sentences the store has already."""
@@ -152,6 +171,15 @@ def _until_stopped(
         yield chunk
 
 
+def _retaken(request: SpeechRequest, take: int) -> SpeechRequest:
+    """``request`` for another take: its seed moved on (none stays none:
+    sampling without a seed differs each time already)."""
+    seed = request.sampling.get("seed")
+    if seed is None:
+        return request
+    return replace(request, sampling={**request.sampling, "seed": seed + take})
+
+
 def _tagged_voices(sentences: Sequence[Sentence]) -> set[str]:
     names = set()
     for sentence in sentences:
@@ -221,6 +249,8 @@ def speak_book(
     in_flight: int = IN_FLIGHT,
     spoken: Callable[[SentenceSpoken], None] | None = None,
     footnotes: str = "skip",
+    chapters: str | None = None,
+    redo: str | None = None,
     **options: Any,
 ) -> SpokenBook:
     """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
@@ -229,13 +259,23 @@ def speak_book(
     each sentence as it is spoken, so that a call stopped at any point
     resumes (default: a temporary one); ``spoken`` is called as each
     sentence is kept, from the thread that spoke it. ``footnotes``: "skip",
-    or "chapter-end" to read a chapter's notes at its end (for a path). Takes
-    the keywords of ``TTS.stream``."""
+    or "chapter-end" to read a chapter's notes at its end (for a path).
+    ``chapters``: speak only these ("3-5,7", numbered from 1); ``redo``:
+    speak these again with another seed, in ``store``, whose later calls
+    keep the new takes. Takes the keywords of ``TTS.stream``."""
     book = source if isinstance(source, Book) else read_book(source, footnotes=footnotes)
-    speech = BookSpeech(tts, book, SpeechRequest.of("", voice, **options))
+    chosen = chosen_chapters(chapters, len(book.chapters))
+    redone_now = chosen_chapters(redo, len(book.chapters)) or frozenset()
+    if redone_now and store is None:
+        raise ValueError("redo speaks chapters again in a store: name its folder (store=)")
+    takes = redone(kept_takes(Path(store)), redone_now) if store else {}
+    request = SpeechRequest.of("", voice, **options)
+    speech = BookSpeech(tts, book, request, chapters=chosen, takes=takes)
     with contextlib.ExitStack() as stack:
         folder = store or stack.enter_context(tempfile.TemporaryDirectory())
         kept = stack.enter_context(SpokenStore(Path(folder)))
+        if redone_now:
+            kept.keep_takes(takes)
         speech.speak(kept, in_flight=in_flight, spoken=spoken or (lambda _: None))
         return spoken_book(speech, kept)
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import fcntl
 import io
+import json
 import os
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ import soundfile
 
 SUFFIX = ".flac"
 EMPTY_SUFFIX = ".empty"
+TAKES = "takes.json"  # the chapters spoken again (--redo): chapter index → take
 
 
 class StoreBusy(RuntimeError):
@@ -114,6 +117,11 @@ class SpokenStore:
             _replace_whole(self._path(key), _flac(samples, rate))
         self._frames[key] = len(samples)
 
+    def keep_takes(self, takes: Mapping[int, int]) -> None:
+        """Which take of each chapter the runs that follow speak (``redone``)."""
+        data = json.dumps({str(index): take for index, take in takes.items() if take})
+        _replace_whole(self.folder / TAKES, data.encode())
+
     def size(self) -> int:
         """Bytes the kept sentences take."""
         return sum(path.stat().st_size for path in self.folder.glob(f"*{SUFFIX}"))
@@ -123,6 +131,21 @@ class SpokenStore:
             f"the kept audio of a sentence ({key}{SUFFIX}) could not be read: {why}; "
             "it was removed, and the next run speaks it again"
         )
+
+
+def kept_takes(folder: Path) -> dict[int, int]:
+    """The take of each chapter spoken again in ``folder``'s store; none for
+    a store without (or with an unreadable) record."""
+    try:
+        record = json.loads((folder / TAKES).read_text(encoding="utf-8"))
+        return {int(index): int(take) for index, take in dict(record).items()}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def redone(takes: Mapping[int, int], chapters: Collection[int]) -> dict[int, int]:
+    """``takes`` with each of ``chapters`` one take on (``--redo``)."""
+    return {**takes, **{index: takes.get(index, 0) + 1 for index in chapters}}
 
 
 def _checked_frames(path: Path) -> int:

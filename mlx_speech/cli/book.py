@@ -48,25 +48,61 @@ def add_parser(commands) -> None:
         help="also write the whole book's captions, one a sentence: WebVTT (.vtt) "
         "or SubRip (.srt)",
     )
+    book.add_argument(
+        "--list",
+        action="store_true",
+        help="print each chapter's number, title, sentences and estimated minutes, "
+        "and what is left out and why, then stop (no model is loaded)",
+    )
+    book.add_argument(
+        "--chapters",
+        default=None,
+        metavar="LIST",
+        help="speak only these chapters, by the numbers --list shows: 3-5,7",
+    )
+    book.add_argument(
+        "--redo",
+        default=None,
+        metavar="LIST",
+        help="speak these chapters again with another seed (3-5,7), keeping every "
+        "other sentence kept; later runs keep the new takes",
+    )
+    book.add_argument(
+        "--footnotes",
+        choices=("skip", "chapter-end"),
+        default="skip",
+        help="skip a book's notes (default), or read each chapter's at its end",
+    )
     speech_arguments(book)
     sampling_arguments(book)
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..book.contents import chosen_chapters
     from ..book.source import read_book
     from ..book.speech import BookSpeech
-    from ..book.store import SpokenStore
+    from ..book.store import SpokenStore, kept_takes, redone
 
     output = _checked_output(args)
-    book = read_book(args.file)  # a bad book fails before the model loads
+    # a bad book fails before the model loads
+    book = read_book(args.file, footnotes=args.footnotes)
+    if args.list:
+        print(_contents(book))
+        return
+    chapters = chosen_chapters(args.chapters, len(book.chapters))
+    redo = chosen_chapters(args.redo, len(book.chapters)) or frozenset()
     _check_places(args, book, output)
     loading = time.perf_counter()
     tts = loaded_model(args)
-    speech = BookSpeech(tts, book, speech_request(args, ""))
+    folder = _store_folder(output)
+    takes = redone(kept_takes(folder), redo)
+    request = speech_request(args, "")
+    speech = BookSpeech(tts, book, request, chapters=chapters, takes=takes)
     started = time.perf_counter()
     print(f"model loaded in {started - loading:.1f} s", file=sys.stderr)
-    folder = _store_folder(output)
     with SpokenStore(folder) as store:
+        if redo:
+            store.keep_takes(takes)
         spoken_now = _speak(speech, store)
         _write_all(speech, store, output, args)
         seconds = sum(c.end - c.start for c in speech.captions(store)) / speech.rate
@@ -95,6 +131,29 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
         titles = [chapter.title for chapter in book.chapters]
         files += chapter_paths(titles, Path(args.chapters_dir), output.suffix)
     check_places(Path(args.file), files, folders)
+
+
+def _contents(book) -> str:
+    """``--list``: the chapters as they would be spoken, and what is not."""
+    from ..book.contents import book_contents
+
+    contents = book_contents(book)
+    width = max(len(chapter.title) for chapter in contents)
+    lines = [f"{book.title or 'Untitled'}" + (f", by {book.author}" if book.author else "")]
+    lines.append(f"{'#':>4}  {'chapter':<{width}}  sentences  minutes")
+    for chapter in contents:
+        lines.append(
+            f"{chapter.number:>4}  {chapter.title:<{width}}  {chapter.sentences:>9}"
+            f"  {chapter.minutes:>7.1f}"
+        )
+    sentences = sum(chapter.sentences for chapter in contents)
+    minutes = sum(chapter.minutes for chapter in contents)
+    lines.append(
+        f"{len(contents)} chapter(s), {sentences} sentences, about {minutes:.1f} min "
+        "(estimated at a narrator's pace)"
+    )
+    lines += [f"left out: {what}" for what in book.left_out]
+    return "\n".join(lines)
 
 
 def _store_folder(output: Path) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..audio.chapters import BOOK_FORMATS
 from ..book.files import file_name
-from ..book.source import MAX_BOOK_BYTES
+from ..book.source import FOOTNOTES, MAX_BOOK_BYTES
 from ..errors import shown
 from ..serving.books import BookOrder
 from .bodies import BookUpload
@@ -82,7 +82,18 @@ def _order(
             f"response_format must be one of {formats}, got {shown(response_format)}",
             param="response_format",
         )
-    return BookOrder(data, name, title, response_format, speech)
+    chapters = fields.get("chapters")
+    if chapters is not None and not isinstance(chapters, str | int):
+        raise ApiError(400, "chapters must be a string such as 3-5,7", param="chapters")
+    footnotes = fields.get("footnotes") or "skip"
+    if footnotes not in FOOTNOTES:
+        raise ApiError(
+            400,
+            f"footnotes must be {' or '.join(FOOTNOTES)}, got {shown(footnotes)}",
+            param="footnotes",
+        )
+    chapters = None if chapters is None else str(chapters)
+    return BookOrder(data, name, title, response_format, speech, chapters, footnotes)
 
 
 def _title(fields: dict) -> str | None:

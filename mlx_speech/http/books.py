@@ -117,6 +117,18 @@ def book_object(job: BookJob) -> dict[str, Any]:
         "source": job.source,
         "response_format": job.response_format,
         "chapters": job.chapters,
+        "chapters_asked": job.chapters_asked,
+        "footnotes": job.footnotes,
+        "contents": [
+            {
+                "number": chapter["number"],
+                "title": chapter["title"],
+                "sentences": chapter["sentences"],
+                "estimated_minutes": round(chapter["minutes"], 1),
+            }
+            for chapter in job.contents
+        ],
+        "left_out": job.left_out,
         "sentences": {"done": job.spoken, "total": job.sentences},
         "audio_seconds": round(job.audio_seconds, 3),
         "error": job.error,

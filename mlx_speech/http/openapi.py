@@ -10,7 +10,7 @@ from typing import Any
 from ..audio.chapters import BOOK_FORMATS, book_media_type
 from ..audio.formats import FORMATS, RESPONSE_FORMATS
 from ..audio.time_stretch import MAX_SPEED, MIN_SPEED
-from ..book.source import MAX_BOOK_BYTES, SUFFIXES
+from ..book.source import FOOTNOTES, MAX_BOOK_BYTES, SUFFIXES
 from ..families.options import SEED_LIMIT
 from ..settings import ServerSettings
 from ..text.segments import SPLITS
@@ -398,6 +398,16 @@ def _book_fields(settings: ServerSettings) -> dict[str, Any]:
             "default": "default",
         },
         "response_format": {"enum": list(BOOK_FORMATS), "default": DEFAULT_BOOK_FORMAT},
+        "chapters": {
+            "type": "string",
+            "description": "speak only these chapters, by the numbers of the job's "
+            "contents: 3-5,7",
+        },
+        "footnotes": {
+            "enum": list(FOOTNOTES),
+            "default": "skip",
+            "description": "skip the book's notes, or read each chapter's at its end",
+        },
         **{name: speech[name] for name in BOOK_SPEECH_FIELDS},
     }
 
@@ -618,7 +628,28 @@ COMPONENTS = {
                 "author": {"type": ["string", "null"]},
                 "source": {"type": "string", "description": "the book's file name"},
                 "response_format": {"enum": list(BOOK_FORMATS)},
-                "chapters": {"type": "integer"},
+                "chapters": {"type": "integer", "description": "those spoken"},
+                "chapters_asked": {"type": ["string", "null"]},
+                "footnotes": {"enum": list(FOOTNOTES)},
+                "contents": {
+                    "type": "array",
+                    "description": "every chapter that says something, as "
+                    "mlx-speech book --list shows it",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "number": {"type": "integer"},
+                            "title": _STRING,
+                            "sentences": {"type": "integer"},
+                            "estimated_minutes": {"type": "number"},
+                        },
+                    },
+                },
+                "left_out": {
+                    "type": "array",
+                    "items": _STRING,
+                    "description": "what a reader skips, left out unspoken, and why",
+                },
                 "sentences": {
                     "type": "object",
                     "properties": {

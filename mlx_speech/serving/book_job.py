@@ -40,6 +40,10 @@ class BookJob:
     started: float | None = None  # first began to speak
     finished: float | None = None  # done, failed or cancelled
     error: str | None = None  # why it failed: one line
+    chapters_asked: str | None = None  # those to speak ("3-5,7"), else every one
+    footnotes: str = "skip"  # or "chapter-end"
+    contents: list = dataclasses.field(default_factory=list)  # book_contents, as dicts
+    left_out: list = dataclasses.field(default_factory=list)  # Book.left_out
 
 
 def new_job_id() -> str:

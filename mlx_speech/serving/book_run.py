@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..book.contents import chosen_chapters
 from ..book.files import write_whole
 from ..book.source import Book, book_of
 from ..book.speaker import SentenceSpoken
@@ -47,8 +48,9 @@ def run_book_job(
     was made, else None to read it again from its folder (after a restart)."""
     if book is None:
         source = source_path(folder, job).read_bytes()
-        book = titled(book_of(source, job.source), job.title)
-    speech = BookSpeech(tts, book, job.request)
+        book = titled(book_of(source, job.source, footnotes=job.footnotes), job.title)
+    chosen = chosen_chapters(job.chapters_asked, len(book.chapters))
+    speech = BookSpeech(tts, book, job.request, chapters=chosen)
     with SpokenStore(folder / "spoken") as store:
         progress = _Progress(speech, store, update)
         started = job.started or time.time()

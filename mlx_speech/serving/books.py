@@ -21,16 +21,18 @@ import secrets
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path, PurePath
 from typing import Any, TextIO
 
 from ..audio.chapters import check_chapter_count
+from ..book.contents import book_contents, chosen_chapters
 from ..book.source import Book, book_of
 from ..book.speaker import BookCancelled
 from ..book.speech import BookSpeech
 from ..engine import Engine
+from ..errors import InvalidRequest
 from ..request import SpeechRequest
 from ..tts import TTS
 from ..voices.store import default_voices_dir
@@ -69,6 +71,8 @@ class BookOrder:
     title: str | None  # instead of the book's own
     response_format: str  # one of ``audio.chapters.BOOK_FORMATS``
     request: SpeechRequest  # the voice and options; its text is not read
+    chapters: str | None = None  # those to speak ("3-5,7"), else every one
+    footnotes: str = "skip"  # or "chapter-end"
 
 
 class UnknownBookJob(KeyError):
@@ -322,8 +326,15 @@ class BookJobs:
     # Outside the lock
 
     def _checked_job(self, tts: TTS, order: BookOrder) -> tuple[BookJob, Book]:
-        book = titled(book_of(order.source, order.source_name), order.title)
-        speech = BookSpeech(tts, book, order.request)
+        book = titled(
+            book_of(order.source, order.source_name, footnotes=order.footnotes),
+            order.title,
+        )
+        try:
+            chosen = chosen_chapters(order.chapters, len(book.chapters))
+        except ValueError as error:
+            raise InvalidRequest("chapters", str(error)) from None
+        speech = BookSpeech(tts, book, order.request, chapters=chosen)
         chapters = len(speech.chapter_sentences())
         check_chapter_count(order.response_format, chapters)
         job = BookJob(
@@ -336,6 +347,10 @@ class BookJobs:
             author=book.author,
             chapters=chapters,
             sentences=len(speech.sentences),
+            chapters_asked=order.chapters,
+            footnotes=order.footnotes,
+            contents=[asdict(chapter) for chapter in book_contents(book)],
+            left_out=list(book.left_out),
         )
         return job, book
 

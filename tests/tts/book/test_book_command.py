@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,3 +168,26 @@ def test_the_output_name_is_checked_before_anything_loads(tmp_path):
     done = run("book", str(source), "-o", str(tmp_path / "b.aac"), "--model", "/none")
     assert done.returncode == 1 and ".m4b, .mp3, .opus, .flac or .wav" in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_list_shows_the_contents_and_what_is_left_out_without_a_model():
+    fixture = Path(__file__).parent / "fixtures" / "lighthouse-epub2.epub"
+    done = run("book", str(fixture), "--list", "--model", "/no/such/model")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Le Gardien du Phare, by Marie Dupont"
+    assert [line.split()[:2] for line in lines[2:5]] == [
+        ["1", "Préface"],
+        ["2", "La"],
+        ["3", "Le"],
+    ]
+    assert lines[3].split()[-2] == "6"  # La Tempête's sentences
+    assert "3 chapter(s), 12 sentences" in lines[5]
+    assert "left out: the table of contents (nav.xhtml)" in lines
+    assert "left out: 2 footnotes" in lines
+
+
+def test_chapters_past_the_book_are_refused_before_the_model_loads(tmp_path):
+    source = _book(tmp_path / "b.md")
+    done = run("book", str(source), "--chapters", "2,9", "--model", "/no/such/model")
+    assert done.returncode == 1 and "the book has chapters 1 to 3" in done.stderr

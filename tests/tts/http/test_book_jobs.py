@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -484,3 +485,29 @@ def test_a_failed_job_names_no_folder_of_the_server(server, client):
     assert failed["error"] and str(books_dir) not in failed["error"]
     assert str(books_dir.resolve()) not in failed["error"]
     client.delete(f"/v1/audio/books/{job['id']}")
+
+
+def test_a_job_shows_its_contents_and_speaks_the_chapters_asked(client):
+    fixture = Path(__file__).parents[1] / "book" / "fixtures" / "lighthouse-epub3.epub"
+    created = client.post(
+        "/v1/audio/books",
+        files={"file": ("lighthouse.epub", fixture.read_bytes())},
+        data={"chapters": "2-3", "footnotes": "chapter-end", **SHORT},
+    )
+    assert created.status_code == 202, created.text
+    job = created.json()
+    assert [c["title"] for c in job["contents"]] == ["Préface", "La Tempête", "Le Matin"]
+    assert job["contents"][1]["sentences"] == 8  # with its note, read at its end
+    assert "the table of contents (nav.xhtml)" in job["left_out"]
+    assert (job["chapters_asked"], job["footnotes"], job["chapters"]) == (
+        "2-3",
+        "chapter-end",
+        2,
+    )
+    done = _done(client, job["id"])
+    captions = client.get(done["captions_url"]).text
+    assert "Préface" not in captions and "Une tempête de force dix." in captions
+    refused = client.post(
+        "/v1/audio/books", json={"input": "One.", "chapters": "3", **SHORT}
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "chapters"
