@@ -96,7 +96,9 @@ def counted(kind: str, count: int) -> str:
     """A line of ``Book.left_out`` for ``count`` things of one kind ("" for none)."""
     if not count:
         return ""
-    return f"a {kind}" if count == 1 else f"{count} {kind}s"
+    if count > 1:
+        return f"{count} {kind}{'es' if kind.endswith('x') else 's'}"
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
 def _megabytes(size: int) -> str:

@@ -42,6 +42,8 @@ SKIPPED = {
     "landmarks": "table of contents",
     "page-list": "table of contents",
     "index": "index",
+    "loi": "list of illustrations",
+    "lot": "list of tables",
     "pagebreak": "page number",
     "cover": "cover",
     "titlepage": "title page",

@@ -244,3 +244,28 @@ def test_the_python_api_says_no_audio_in_words(speaking_tts, tmp_path):
 
 def test_the_package_exports_the_books_entry_point():
     assert mlx_speech.speak_book is speak_book
+
+
+def test_what_a_reader_skips_is_left_out_of_a_document():
+    body = (
+        "<h1>One</h1><p>Kept words.<span epub:type='pagebreak' id='p7'>7</span>"
+        " Still kept.<sup><a href='#n1' role='doc-noteref'>[1]</a></sup></p>"
+        "<section epub:type='dedication'><p>For my mother.</p></section>"
+        "<nav epub:type='loi'><p>Figure one.</p></nav>"
+        "<section role='doc-index'><p>Apples, 3.</p></section>"
+        "<aside role='doc-footnote' id='n1'><p>The note.<a href='#r1'"
+        " role='doc-backlink'>↩︎</a></p></aside>"
+        "<p>Last <a href='#x'>*</a> words.</p>"
+    )
+    data = raw_epub({"a.xhtml": page(body)}, ["a.xhtml"], [("One", "a.xhtml")])
+    book = book_of(data, "skips.epub")
+    assert book.chapters[0].text == (
+        "One\n\nKept words. Still kept.\n\nFor my mother.\n\nLast words."
+    )
+    assert set(book.left_out) == {
+        "a page number",
+        "2 note markers",
+        "a list of illustrations",
+        "an index",
+        "a footnote",
+    }
