@@ -104,16 +104,18 @@ class BookSpeech:
         path: Path,
         format: str | None = None,
         stop: threading.Event | None = None,
+        written: Callable[[int], None] = lambda _: None,
     ) -> None:
         """The whole book into ``path``, with its chapters and metadata;
         setting ``stop`` ends it with ``BookCancelled`` (``path`` then holds
-        part of the book)."""
+        part of the book). ``written(samples)`` is told of each sentence's
+        audio as it is encoded."""
         lengths = sentence_lengths(store, self.sentences)
         if not any(lengths):
             raise BookError(NO_AUDIO)
         write_book_audio(
             path,
-            _until_stopped(book_chunks(store, self.sentences), stop),
+            _told(_until_stopped(book_chunks(store, self.sentences), stop), written),
             self.rate,
             self.channels,
             chapter_marks(self.book, self.sentences, lengths),
@@ -178,6 +180,12 @@ def _retaken(request: SpeechRequest, take: int) -> SpeechRequest:
     if seed is None:
         return request
     return replace(request, sampling={**request.sampling, "seed": seed + take})
+
+
+def _told(chunks: Iterable[np.ndarray], written: Callable[[int], None]):
+    for chunk in chunks:
+        yield chunk
+        written(len(chunk))  # once the encoder has taken it
 
 
 def _tagged_voices(sentences: Sequence[Sentence]) -> set[str]:

@@ -103,8 +103,16 @@ def run(args: argparse.Namespace) -> None:
     with SpokenStore(folder) as store:
         if redo:
             store.keep_takes(takes)
-        spoken_now = _speak(speech, store)
-        _write_all(speech, store, output, args)
+        try:
+            spoken_now = _speak(speech, store)
+            _write_all(speech, store, output, args)
+        except KeyboardInterrupt:
+            print(
+                f"\nstopped: {speech.kept(store)} of {len(speech.sentences)} sentences "
+                f"are kept in {folder}: run the same command again to finish",
+                file=sys.stderr,
+            )
+            raise
         seconds = sum(c.end - c.start for c in speech.captions(store)) / speech.rate
         took = time.perf_counter() - started
         print(_summary(output, speech, seconds, spoken_now, took))
@@ -187,10 +195,20 @@ def _speak(speech, store) -> int:
 
 def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
     """The book, its chapters and its captions, each whole or not at all."""
+    from ..book.assembly import sentence_lengths
     from ..text.captions import srt, webvtt
+    from .progress import WritingProgress
 
-    written = lambda path: speech.write(store, path, args.format)  # noqa: E731
-    _write_whole(output, written, store.folder)
+    total = sum(sentence_lengths(store, speech.sentences))
+    progress = WritingProgress(total, speech.rate, sys.stderr)
+    try:
+        _write_whole(
+            output,
+            lambda path: speech.write(store, path, args.format, written=progress),
+            store.folder,
+        )
+    finally:
+        progress.close()
     if args.chapters_dir is not None:
         folder = Path(args.chapters_dir)
         try:

@@ -1,6 +1,6 @@
-"""A book's progress as it is spoken: a bar on a terminal (tqdm), a plain
-line every ``LINE_SECONDS`` elsewhere (a log, a pipe); both say the chapter,
-the sentences done, the minutes of audio and the time left."""
+"""A book's progress as it is spoken, then as it is written: a bar on a
+terminal (tqdm), a plain line every ``LINE_SECONDS`` elsewhere (a log, a
+pipe); both say where it is, how much is done and the time left."""
 
 from __future__ import annotations
 
@@ -92,3 +92,45 @@ def _clock(seconds: float) -> str:
     minutes, seconds = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
+
+
+class WritingProgress:
+    """The book's audio encoded into its file, in minutes of it."""
+
+    def __init__(self, total_samples: int, rate: int, out: TextIO):
+        self._total = total_samples
+        self._rate = rate
+        self._done = 0
+        self._out = out
+        self._started = self._last_line = time.monotonic()
+        self._bar = None
+        if out.isatty():
+            self._bar = tqdm(
+                total=round(total_samples / rate / 60, 1),
+                unit="min",
+                file=out,
+                desc="writing",
+            )
+
+    def __call__(self, samples: int) -> None:
+        self._done += samples
+        if self._bar is not None:
+            self._bar.n = round(self._done / self._rate / 60, 1)
+            self._bar.refresh()
+        elif time.monotonic() - self._last_line >= LINE_SECONDS:
+            self._last_line = time.monotonic()
+            print(self.line(), file=self._out, flush=True)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self._started
+        left = "unknown"
+        if self._done:
+            left = f"about {_clock(elapsed / self._done * (self._total - self._done))}"
+        return (
+            f"book: writing, {self._done / self._rate / 60:.1f} of "
+            f"{self._total / self._rate / 60:.1f} min of audio, time left {left}"
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -191,3 +191,27 @@ def test_chapters_past_the_book_are_refused_before_the_model_loads(tmp_path):
     source = _book(tmp_path / "b.md")
     done = run("book", str(source), "--chapters", "2,9", "--model", "/no/such/model")
     assert done.returncode == 1 and "the book has chapters 1 to 3" in done.stderr
+
+
+def test_ctrl_c_says_in_one_line_what_is_kept_and_what_to_do(speaking_dir, tmp_path):
+    book = _book(tmp_path / "long.md", sentences_per_chapter=12)
+    out = tmp_path / "long.flac"
+    args = [MLX_SPEECH, "book", str(book), "-o", str(out), "--model", str(speaking_dir)]
+    started = subprocess.Popen(
+        [*args, "--max-new-tokens", "6", "--seed", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    kept = tmp_path / "long.flac.spoken"
+    deadline = time.monotonic() + 120
+    while _kept(kept) < 3:
+        assert started.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    started.send_signal(signal.SIGINT)
+    _, err = started.communicate(timeout=60)
+    assert started.returncode == 130
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("stopped: ") and "of 39 sentences are kept in" in last
+    assert last.endswith("run the same command again to finish")
+    assert "Traceback" not in err

@@ -52,3 +52,17 @@ def test_a_terminal_gets_a_bar(speech, tmp_path):
         report.close()
     bar = out.getvalue()
     assert "chapter 2/2: Two" in bar and "4/6" in bar and "1.0 min of audio" in bar
+
+
+def test_writing_says_how_much_of_the_audio_is_written(speech, tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.0)
+    out = io.StringIO()
+    with SpokenStore(tmp_path / "kept") as store:
+        speech.speak(store, in_flight=1)
+        total = sum(store.frames(sentence.key) for sentence in speech.sentences)
+        report = progress.WritingProgress(total, speech.rate, out)
+        speech.write(store, tmp_path / "two.wav", written=report)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6  # a line a sentence written
+    assert lines[-1].startswith(f"book: writing, {total / 48000 / 60:.1f} of ")
+    assert lines[-1].endswith("time left about 0 min 00 s")
