@@ -15,6 +15,7 @@ import numpy as np
 import soundfile
 
 from .formats import FORMATS, AudioFormat
+from .pictures import PICTURE_FORMATS, Picture, embed_picture
 from .resample import StreamingResampler
 
 
@@ -87,6 +88,9 @@ def write_book_audio(
     title: str | None = None,
     author: str | None = None,
     format: str | None = None,
+    narrator: str | None = None,
+    details: Sequence[tuple[str, str]] = (),
+    picture: Picture | None = None,
 ) -> None:
     """Encode to ``path`` (which the caller later renames into place): chapter
     marks with their titles and the book's title/author as metadata wherever
@@ -96,6 +100,12 @@ def write_book_audio(
     samples as ``marks[-1].end``. ``marks``: contiguous from sample 0, in
     order; none for a book without chapters. ``format``: one of
     ``BOOK_FORMATS``, else the path's suffix.
+
+    Tags: the title also as album, the author as artist, ``narrator`` as
+    composer (where Audiobookshelf looks for it), ``details`` (language,
+    publisher, date, description) under their own names, genre "Audiobook";
+    each format keeps those it holds. ``picture``: the front cover, where
+    the format holds one (``pictures``).
 
     Chapters: m4b holds them as a QuickTime chapter track and a Nero ``chpl``
     atom, mp3 as ID3v2 CHAP/CTOC frames, opus and flac as CHAPTERnnn /
@@ -117,11 +127,13 @@ def write_book_audio(
     if first is None:
         raise ValueError("no audio to write")
     audio = _book_audio(itertools.chain([first], chunks), channels, marks)
-    tags = _tags(title, author)
+    tags = _tags(title, author, narrator, details)
     if name == "wav":
         _write_wav(path, audio, sample_rate, channels, tags)
     else:
         _write_with_pyav(path, name, audio, sample_rate, channels, marks, tags)
+    if picture is not None and name in PICTURE_FORMATS:
+        embed_picture(path, name, picture)
 
 
 def _check_marks(marks: Sequence[ChapterMark]) -> None:
@@ -155,13 +167,20 @@ def _book_audio(
         )
 
 
-def _tags(title: str | None, author: str | None) -> dict[str, str]:
+def _tags(
+    title: str | None,
+    author: str | None,
+    narrator: str | None,
+    details: Sequence[tuple[str, str]],
+) -> dict[str, str]:
     """Title also as album, where players of books and music look for it."""
-    tags = {}
+    tags = {"genre": "Audiobook", **dict(details)}
     if title:
         tags["title"] = tags["album"] = title
     if author:
         tags["artist"] = author
+    if narrator:
+        tags["composer"] = narrator
     return tags
 
 
@@ -184,7 +203,8 @@ def _write_wav(
             file._file, _SFC_RF64_AUTO_DOWNGRADE, downgrade, soundfile._ffi.sizeof("int")
         )
         for key, value in tags.items():
-            setattr(file, key, value)  # LIST INFO: INAM, IART, IPRD
+            if key in soundfile._str_types:  # what LIST INFO holds: INAM, IART...
+                setattr(file, key, value)
         for samples in audio:
             file.write(wav.samples_for(samples))
 

@@ -15,9 +15,11 @@ from collections import Counter, defaultdict
 from typing import NamedTuple
 from urllib.parse import unquote
 
+import ebooklib
 from ebooklib import epub
 from lxml import etree
 
+from ..audio.pictures import MEDIA_TYPES, Picture
 from .model import (
     MIB,
     Book,
@@ -86,7 +88,29 @@ def epub_book(data: bytes, name: str, max_bytes: int, footnotes: str = "skip") -
     title = titles[0] if titles else None
     chapters, front = _without_front_pages(chapters, title)
     left_out = reading.said_left_out() + front
-    return book_with(title, ", ".join(authors), chapters, name, left_out)
+    details = [
+        (field, values[0])
+        for field in ("language", "publisher", "date", "description")
+        if (values := _metadata(book, field))
+    ]
+    author = ", ".join(authors)
+    return book_with(title, author, chapters, name, left_out, _cover(book), details)
+
+
+def _cover(book: epub.EpubBook) -> Picture | None:
+    """The cover image: EPUB 3's cover-image item, else the one EPUB 2's
+    ``<meta name="cover">`` names; a JPEG or PNG (what audio files hold)."""
+    items = list(book.get_items_of_type(ebooklib.ITEM_COVER))
+    named = [
+        attributes.get("content")
+        for _, attributes in book.get_metadata("OPF", "meta")
+        if (attributes or {}).get("name") == "cover"
+    ]
+    items += [item for item in book.get_items() if item.id in named]
+    for item in items:
+        if item.media_type in MEDIA_TYPES and item.content:
+            return Picture(item.content, item.media_type)
+    return None
 
 
 class _Reading:

@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..audio.pictures import Picture
+
 MAX_BOOK_BYTES = 16 * 1024 * 1024
 MIB = 1024 * 1024
 # Where a book's notes go: left out, or read at the end of the chapter
@@ -32,6 +34,10 @@ class Book:
     left_out: tuple[str, ...] = ()
     """What a reader skips and was not read, each with why: "the table of
     contents (nav.xhtml)", "3 footnotes"..."""
+    cover: Picture | None = None
+    details: tuple[tuple[str, str], ...] = ()
+    """What else the source says of itself, as audio tags name it:
+    ("language", "fr"), ("publisher", ...), ("date", ...), ("description", ...)."""
 
 
 class BookError(ValueError):
@@ -85,11 +91,20 @@ def book_with(
     chapters: Sequence[Chapter],
     name: str,
     left_out: Sequence[str] = (),
+    cover: Picture | None = None,
+    details: Sequence[tuple[str, str]] = (),
 ) -> Book:
     """The book, which must say something."""
     if not chapters:
         raise BookError(f"{name!r} has no text to speak")
-    return Book(title or None, author or None, tuple(chapters), tuple(left_out))
+    return Book(
+        title or None,
+        author or None,
+        tuple(chapters),
+        tuple(left_out),
+        cover,
+        tuple(details),
+    )
 
 
 def counted(kind: str, count: int) -> str:

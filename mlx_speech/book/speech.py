@@ -63,6 +63,9 @@ class BookSpeech:
             self._by_chapter.setdefault(sentence.chapter, []).append(sentence)
         self.rate = tts.sample_rate
         self.channels = request.channels or 1
+        narrator = request.voice if isinstance(request.voice, str) else None
+        # what the written files say beside title and author (write_book_audio)
+        self.tags = {"narrator": narrator, "details": book.details, "picture": book.cover}
         said = next((s.shown for s in self.sentences if s.shown), None)
         if said is None:
             raise BookError("the book says nothing: it has only tags")
@@ -122,6 +125,7 @@ class BookSpeech:
             title=self.book.title,
             author=self.book.author,
             format=format,
+            **self.tags,
         )
 
     def write_chapters(
@@ -153,6 +157,7 @@ class BookSpeech:
             title=title,
             author=self.book.author,
             format=format,
+            **self.tags,
         )
 
     def captions(self, store: SpokenStore) -> list[Caption]:
@@ -209,6 +214,7 @@ class SpokenBook:
     title: str | None
     author: str | None
     chapters: list[SpokenChapter] = field(default_factory=list)
+    tags: dict = field(default_factory=dict)  # narrator, details, picture
 
     @property
     def captions(self) -> list[Caption]:
@@ -244,6 +250,7 @@ class SpokenBook:
             title=self.title,
             author=self.author,
             format=format,
+            **self.tags,
         )
         return Path(path)
 
@@ -302,4 +309,4 @@ def spoken_book(speech: BookSpeech, store: SpokenStore) -> SpokenBook:
         captions = book_captions(sentences, lengths, speech.rate)
         title = speech.book.chapters[index].title
         chapters.append(SpokenChapter(title, Audio(samples, speech.rate), captions))
-    return SpokenBook(speech.book.title, speech.book.author, chapters)
+    return SpokenBook(speech.book.title, speech.book.author, chapters, speech.tags)

@@ -11,6 +11,7 @@ import errno
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from .arguments import loaded_model, sampling_arguments, speech_arguments, speech_request
@@ -68,6 +69,12 @@ def add_parser(commands) -> None:
         "other sentence kept; later runs keep the new takes",
     )
     book.add_argument(
+        "--cover",
+        default=None,
+        metavar="IMAGE",
+        help="the cover to embed, a JPEG or PNG (default: the EPUB's own)",
+    )
+    book.add_argument(
         "--footnotes",
         choices=("skip", "chapter-end"),
         default="skip",
@@ -89,6 +96,8 @@ def run(args: argparse.Namespace) -> None:
     if args.list:
         print(_contents(book))
         return
+    if args.cover is not None:
+        book = replace(book, cover=_cover(Path(args.cover)))
     chapters = chosen_chapters(args.chapters, len(book.chapters))
     redo = chosen_chapters(args.redo, len(book.chapters)) or frozenset()
     _check_places(args, book, output)
@@ -139,6 +148,17 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
         titles = [chapter.title for chapter in book.chapters]
         files += chapter_paths(titles, Path(args.chapters_dir), output.suffix)
     check_places(Path(args.file), files, folders)
+
+
+def _cover(path: Path):
+    from ..audio.pictures import picture_of
+
+    try:
+        with open(path, "rb") as file:
+            data = file.read(64 * 1024 * 1024)
+    except OSError as error:
+        raise RuntimeError(f"cannot read the cover {path}: {error.strerror}") from None
+    return picture_of(data, str(path))
 
 
 def _contents(book) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,21 @@ def test_long_titles_make_chapter_files(speaking_dir, tmp_path):
     assert [name[:2] for name in names] == ["1 ", "2 "]
     assert all(len(name.encode()) <= 255 for name in names)
     assert all(float(probed(chapters / name)["format"]["duration"]) > 0 for name in names)
+
+
+def test_a_cover_given_is_embedded_and_a_bad_one_refused_first(speaking_dir, tmp_path):
+    source = tmp_path / "b.md"
+    source.write_text(markdown_book(1))
+    not_an_image = tmp_path / "cover.jpg"
+    not_an_image.write_text("not an image")
+    said = _refused(str(source), "--cover", str(not_an_image))
+    assert "is not a JPEG or PNG image" in said
+    cover = Path(__file__).parent / "fixtures" / "cover.png"
+    out = tmp_path / "b.mp3"
+    done = run(
+        "book", str(source), "-o", str(out), "--cover", str(cover),
+        "--model", str(speaking_dir), *SHORT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    streams = probed(out)["streams"]
+    assert [s["codec_name"] for s in streams if s["codec_type"] == "video"] == ["png"]
