@@ -4,7 +4,7 @@ in samples, so the marks and the captions meet the audio exactly."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -54,10 +54,16 @@ def book_captions(
     return captions
 
 
-def book_chunks(store: SpokenStore, sentences: Sequence[Sentence]) -> Iterator[np.ndarray]:
+def book_chunks(
+    store: SpokenStore,
+    sentences: Sequence[Sentence],
+    gains: Mapping[int, float] | None = None,
+) -> Iterator[np.ndarray]:
     """The book's audio, one sentence at a time (a book never sits whole in
-    memory); a sentence without audio adds nothing."""
+    memory), each times its chapter's gain where ``gains`` has one; a
+    sentence without audio adds nothing."""
     for sentence in sentences:
         samples = store.load(sentence.key)
+        gain = (gains or {}).get(sentence.chapter, 1.0)
         if len(samples):
-            yield samples
+            yield samples if gain == 1.0 else samples * np.float32(gain)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..audio.chapters import ChapterMark, write_book_audio
+from ..audio.loudness import TARGET_LUFS, gain_to, measured
 from ..audio.samples import Audio
 from ..request import SpeechRequest
 from ..text.captions import Caption
@@ -108,17 +109,21 @@ class BookSpeech:
         format: str | None = None,
         stop: threading.Event | None = None,
         written: Callable[[int], None] = lambda _: None,
+        loudness: float | None = TARGET_LUFS,
     ) -> None:
         """The whole book into ``path``, with its chapters and metadata;
         setting ``stop`` ends it with ``BookCancelled`` (``path`` then holds
         part of the book). ``written(samples)`` is told of each sentence's
-        audio as it is encoded."""
+        audio as it is encoded. ``loudness``: each chapter brought to this
+        many LUFS (``chapter_gains``), or None to leave it as spoken."""
         lengths = sentence_lengths(store, self.sentences)
         if not any(lengths):
             raise BookError(NO_AUDIO)
+        gains = self.chapter_gains(store, loudness)
+        chunks = book_chunks(store, self.sentences, gains)
         write_book_audio(
             path,
-            _told(_until_stopped(book_chunks(store, self.sentences), stop), written),
+            _told(_until_stopped(chunks, stop), written),
             self.rate,
             self.channels,
             chapter_marks(self.book, self.sentences, lengths),
@@ -128,29 +133,52 @@ class BookSpeech:
             **self.tags,
         )
 
+    def chapter_gains(self, store: SpokenStore, loudness: float | None) -> dict[int, float]:
+        """Each chapter's one gain to ``loudness`` LUFS, its true peak kept
+        under -1 dBTP (``audio.loudness``); none where ``loudness`` is None."""
+        if loudness is None:
+            return {}
+        gains = {}
+        for index, sentences in self._by_chapter.items():
+            if any(sentence_lengths(store, sentences)):
+                chunks = book_chunks(store, sentences)
+                gains[index] = gain_to(measured(chunks, self.rate, self.channels), loudness)
+        return gains
+
     def write_chapters(
-        self, store: SpokenStore, folder: Path, suffix: str, format: str | None = None
+        self,
+        store: SpokenStore,
+        folder: Path,
+        suffix: str,
+        format: str | None = None,
+        loudness: float | None = TARGET_LUFS,
     ) -> None:
         """Each chapter with audio as a file of its own in ``folder`` (made
         where missing; named by ``files.chapter_paths``), marked as one
         chapter, each written whole or not at all."""
         folder.mkdir(parents=True, exist_ok=True)
+        gains = self.chapter_gains(store, loudness)
         titles = [chapter.title for chapter in self.book.chapters]
         for index, path in enumerate(chapter_paths(titles, folder, suffix)):
             sentences = self._by_chapter.get(index, [])
             length = sum(sentence_lengths(store, sentences))
             if length:
-                write_whole(
-                    path, partial(self._write_chapter, store, index, length, format)
-                )
+                write = partial(self._write_chapter, store, index, length, format, gains)
+                write_whole(path, write)
 
     def _write_chapter(
-        self, store: SpokenStore, index: int, length: int, format: str | None, path: Path
+        self,
+        store: SpokenStore,
+        index: int,
+        length: int,
+        format: str | None,
+        gains: dict[int, float],
+        path: Path,
     ) -> None:
         title = self.book.chapters[index].title
         write_book_audio(
             path,
-            book_chunks(store, self._by_chapter[index]),
+            book_chunks(store, self._by_chapter[index], gains),
             self.rate,
             self.channels,
             [ChapterMark(title, 0, length)],
@@ -230,11 +258,25 @@ class SpokenBook:
             offset += len(chapter.audio.samples)
         return captions
 
-    def write(self, path: str | Path, format: str | None = None) -> Path:
+    def write(
+        self,
+        path: str | Path,
+        format: str | None = None,
+        loudness: float | None = TARGET_LUFS,
+    ) -> Path:
         """The whole book into one file (``.m4b``, ``.mp3``, ``.opus``,
-        ``.flac`` or ``.wav``), with its chapters where the format holds them."""
+        ``.flac`` or ``.wav``), with its chapters where the format holds them,
+        each brought to ``loudness`` LUFS (None: as spoken)."""
         if not self.chapters:
             raise BookError(NO_AUDIO)
+        gains = [
+            1.0
+            if loudness is None
+            else gain_to(
+                measured([c.audio.samples], c.audio.sample_rate, c.audio.channels), loudness
+            )
+            for c in self.chapters
+        ]
         marks, start = [], 0
         for chapter in self.chapters:
             end = start + len(chapter.audio.samples)
@@ -243,7 +285,10 @@ class SpokenBook:
         first = self.chapters[0].audio
         write_book_audio(
             Path(path),
-            (chapter.audio.samples for chapter in self.chapters),
+            (
+                c.audio.samples * np.float32(g)
+                for c, g in zip(self.chapters, gains, strict=True)
+            ),
             first.sample_rate,
             first.channels,
             marks,

@@ -75,6 +75,14 @@ def add_parser(commands) -> None:
         help="the cover to embed, a JPEG or PNG (default: the EPUB's own)",
     )
     book.add_argument(
+        "--loudness",
+        default=-18.0,
+        type=_loudness,
+        metavar="LUFS|off",
+        help="bring each chapter to this integrated loudness (EBU R128), its true "
+        "peak under -1 dBTP; off leaves the audio as spoken (default: -18)",
+    )
+    book.add_argument(
         "--footnotes",
         choices=("skip", "chapter-end"),
         default="skip",
@@ -148,6 +156,20 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
         titles = [chapter.title for chapter in book.chapters]
         files += chapter_paths(titles, Path(args.chapters_dir), output.suffix)
     check_places(Path(args.file), files, folders)
+
+
+def _loudness(text: str) -> float | None:
+    """``--loudness``: LUFS, or "off"."""
+    if text.lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        message = f"{text!r} is no loudness: give LUFS (-18) or off"
+        raise argparse.ArgumentTypeError(message) from None
+    if not -40.0 <= value <= -5.0:
+        raise argparse.ArgumentTypeError(f"{text} LUFS is outside -40 to -5")
+    return value
 
 
 def _cover(path: Path):
@@ -224,7 +246,9 @@ def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
     try:
         _write_whole(
             output,
-            lambda path: speech.write(store, path, args.format, written=progress),
+            lambda path: speech.write(
+                store, path, args.format, written=progress, loudness=args.loudness
+            ),
             store.folder,
         )
     finally:
@@ -232,7 +256,9 @@ def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
     if args.chapters_dir is not None:
         folder = Path(args.chapters_dir)
         try:
-            speech.write_chapters(store, folder, output.suffix, args.format)
+            speech.write_chapters(
+                store, folder, output.suffix, args.format, loudness=args.loudness
+            )
         except OSError as error:
             raise _disk_error(
                 error, f"write the chapters in {folder}", store.folder

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from ..audio.chapters import BOOK_FORMATS
+from ..audio.loudness import TARGET_LUFS
 from ..book.files import file_name
 from ..book.source import FOOTNOTES, MAX_BOOK_BYTES
 from ..errors import shown
@@ -23,7 +24,7 @@ INPUT_FORMATS = {"text": ".txt", "markdown": ".md"}  # a text sent as JSON
 DEFAULT_INPUT_FORMAT = "text"
 DEFAULT_BOOK_FORMAT = "m4b"
 # The form fields read as JSON before they are checked
-TYPED_FORM_FIELDS = ("speed", "normalize", "channels", *SAMPLING_FIELDS)
+TYPED_FORM_FIELDS = ("speed", "normalize", "channels", "loudness", *SAMPLING_FIELDS)
 
 
 def book_too_large(param: str) -> ApiError:
@@ -93,7 +94,24 @@ def _order(
             param="footnotes",
         )
     chapters = None if chapters is None else str(chapters)
-    return BookOrder(data, name, title, response_format, speech, chapters, footnotes)
+    loudness = _loudness(fields.get("loudness", TARGET_LUFS))
+    return BookOrder(
+        data, name, title, response_format, speech, chapters, footnotes, loudness
+    )
+
+
+def _loudness(value: Any) -> float | None:
+    """``loudness``: LUFS from -40 to -5, or "off" (or null): as spoken."""
+    if value is None or value == "off":
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if -40 <= value <= -5:
+            return float(value)
+    raise ApiError(
+        400,
+        f"loudness must be LUFS from -40 to -5, or off; got {shown(value)}",
+        param="loudness",
+    )
 
 
 def _title(fields: dict) -> str | None:

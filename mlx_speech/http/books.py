@@ -119,6 +119,7 @@ def book_object(job: BookJob) -> dict[str, Any]:
         "chapters": job.chapters,
         "chapters_asked": job.chapters_asked,
         "footnotes": job.footnotes,
+        "loudness": job.loudness,
         "contents": [
             {
                 "number": chapter["number"],

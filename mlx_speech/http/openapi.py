@@ -408,6 +408,16 @@ def _book_fields(settings: ServerSettings) -> dict[str, Any]:
             "default": "skip",
             "description": "skip the book's notes, or read each chapter's at its end",
         },
+        "loudness": {
+            "oneOf": [
+                {"type": "number", "minimum": -40, "maximum": -5},
+                {"const": "off"},
+                {"type": "null"},
+            ],
+            "default": -18,
+            "description": "the LUFS each chapter is brought to (EBU R128), its "
+            "true peak under -1 dBTP; off or null: as spoken",
+        },
         **{name: speech[name] for name in BOOK_SPEECH_FIELDS},
     }
 
@@ -631,6 +641,7 @@ COMPONENTS = {
                 "chapters": {"type": "integer", "description": "those spoken"},
                 "chapters_asked": {"type": ["string", "null"]},
                 "footnotes": {"enum": list(FOOTNOTES)},
+                "loudness": {"type": ["number", "null"]},
                 "contents": {
                     "type": "array",
                     "description": "every chapter that says something, as "

@@ -42,6 +42,7 @@ class BookJob:
     error: str | None = None  # why it failed: one line
     chapters_asked: str | None = None  # those to speak ("3-5,7"), else every one
     footnotes: str = "skip"  # or "chapter-end"
+    loudness: float | None = -18.0  # LUFS each chapter is brought to; None: as spoken
     contents: list = dataclasses.field(default_factory=list)  # book_contents, as dicts
     left_out: list = dataclasses.field(default_factory=list)  # Book.left_out
 

@@ -59,7 +59,12 @@ def run_book_job(
         update(status="writing")
         audio_format = job.response_format
         audio = folder / f"{AUDIO_NAME}.{audio_format}"
-        write_whole(audio, lambda path: speech.write(store, path, audio_format, stop))
+        write_whole(
+            audio,
+            lambda path: speech.write(
+                store, path, audio_format, stop, loudness=job.loudness
+            ),
+        )
         captions = webvtt(speech.captions(store))
         write_whole(
             folder / CAPTIONS_NAME, lambda path: path.write_text(captions, encoding="utf-8")

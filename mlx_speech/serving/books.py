@@ -73,6 +73,7 @@ class BookOrder:
     request: SpeechRequest  # the voice and options; its text is not read
     chapters: str | None = None  # those to speak ("3-5,7"), else every one
     footnotes: str = "skip"  # or "chapter-end"
+    loudness: float | None = -18.0  # LUFS, or None to leave the audio as spoken
 
 
 class UnknownBookJob(KeyError):
@@ -349,6 +350,7 @@ class BookJobs:
             sentences=len(speech.sentences),
             chapters_asked=order.chapters,
             footnotes=order.footnotes,
+            loudness=order.loudness,
             contents=[asdict(chapter) for chapter in book_contents(book)],
             left_out=list(book.left_out),
         )
