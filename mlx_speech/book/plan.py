@@ -24,6 +24,7 @@ from ..text.lexicon import Lexicon
 from ..text.script import is_ssml, script_of, shown_text, voice_after
 from ..text.segments import TextSegmenter
 from ..tts import Resolved
+from .dialogue import with_dialogue
 from .source import Book
 
 
@@ -37,17 +38,26 @@ class Sentence:
 
 
 def book_sentences(
-    book: Book, identity: str, takes: Mapping[int, int] | None = None
+    book: Book,
+    identity: str,
+    takes: Mapping[int, int] | None = None,
+    dialogue_voice: str | None = None,
 ) -> list[Sentence]:
     """Every sentence of ``book`` in order; ``identity`` (``speech_identity``)
-    names the model, voice and options they are spoken with, and ``takes``
-    the take of each chapter spoken again (``--redo``; by chapter index)."""
+    names the model, voice and options they are spoken with, ``takes`` the
+    take of each chapter spoken again (``--redo``; by chapter index), and
+    ``dialogue_voice`` the voice of what is quoted (``dialogue``)."""
     sentences, voice = [], None
     for index, chapter in enumerate(book.chapters):
         take = (takes or {}).get(index, 0)
         chapter_identity = f"{identity}\ntake {take}" if take else identity
         for text in chapter_segments(chapter.text):
-            given = text if voice is None else f"[voice:{voice}] {text}"
+            if voice is not None:
+                given = f"[voice:{voice}] {text}"
+            elif dialogue_voice is not None:
+                given = with_dialogue(text, dialogue_voice)
+            else:
+                given = text
             voice = voice_after(text, voice)
             script = script_of(given)
             if script is not None and not script.parts:

@@ -43,18 +43,20 @@ class BookSpeech:
         *,
         chapters: frozenset[int] | None = None,
         takes: Mapping[int, int] | None = None,
+        dialogue_voice: str | None = None,
     ):
         """Resolves the request once and checks it and every voice the book's
         tags name (``ValueError``), so a bad one fails now, not hours in.
         ``chapters``: the indexes of those to speak (all where None);
         ``takes``: a chapter's take where it was spoken again (``--redo``),
-        by index: another seed, so other sentences."""
+        by index: another seed, so other sentences. ``dialogue_voice``: the
+        voice of what is quoted, the narration in the request's."""
         resolved = tts.resolve(request)
         identity = speech_identity(tts.model, resolved, tts.lexicon)
         self.book = book
         self.sentences: list[Sentence] = [
             sentence
-            for sentence in book_sentences(book, identity, takes)
+            for sentence in book_sentences(book, identity, takes, dialogue_voice)
             if chapters is None or sentence.chapter in chapters
         ]
         if not self.sentences:
@@ -71,7 +73,7 @@ class BookSpeech:
         if said is None:
             raise BookError("the book says nothing: it has only tags")
         tts.check_resolved(resolved, said)
-        for name in _tagged_voices(self.sentences):
+        for name in _tagged_voices(self.sentences) | {dialogue_voice} - {None}:
             tts.resolve(replace(request, voice=name, voice_paths=False))
         openers = {0: tts.opener(resolved)}
         for take in {sentence.take for sentence in self.sentences} - {0}:
@@ -311,6 +313,7 @@ def speak_book(
     footnotes: str = "skip",
     chapters: str | None = None,
     redo: str | None = None,
+    dialogue_voice: str | None = None,
     **options: Any,
 ) -> SpokenBook:
     """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
@@ -322,7 +325,8 @@ def speak_book(
     or "chapter-end" to read a chapter's notes at its end (for a path).
     ``chapters``: speak only these ("3-5,7", numbered from 1); ``redo``:
     speak these again with another seed, in ``store``, whose later calls
-    keep the new takes. Takes the keywords of ``TTS.stream``."""
+    keep the new takes. ``dialogue_voice``: the voice of what is quoted.
+    Takes the keywords of ``TTS.stream``."""
     book = source if isinstance(source, Book) else read_book(source, footnotes=footnotes)
     chosen = chosen_chapters(chapters, len(book.chapters))
     redone_now = chosen_chapters(redo, len(book.chapters)) or frozenset()
@@ -330,7 +334,9 @@ def speak_book(
         raise ValueError("redo speaks chapters again in a store: name its folder (store=)")
     takes = redone(kept_takes(Path(store)), redone_now) if store else {}
     request = SpeechRequest.of("", voice, **options)
-    speech = BookSpeech(tts, book, request, chapters=chosen, takes=takes)
+    speech = BookSpeech(
+        tts, book, request, chapters=chosen, takes=takes, dialogue_voice=dialogue_voice
+    )
     with contextlib.ExitStack() as stack:
         folder = store or stack.enter_context(tempfile.TemporaryDirectory())
         kept = stack.enter_context(SpokenStore(Path(folder)))

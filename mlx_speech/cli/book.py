@@ -69,6 +69,13 @@ def add_parser(commands) -> None:
         "other sentence kept; later runs keep the new takes",
     )
     book.add_argument(
+        "--dialogue-voice",
+        default=None,
+        metavar="NAME",
+        help="speak what the book quotes in this voice, the narration in --voice "
+        "(a voice tag in the text still wins)",
+    )
+    book.add_argument(
         "--cover",
         default=None,
         metavar="IMAGE",
@@ -114,7 +121,14 @@ def run(args: argparse.Namespace) -> None:
     folder = _store_folder(output)
     takes = redone(kept_takes(folder), redo)
     request = speech_request(args, "")
-    speech = BookSpeech(tts, book, request, chapters=chapters, takes=takes)
+    speech = BookSpeech(
+        tts,
+        book,
+        request,
+        chapters=chapters,
+        takes=takes,
+        dialogue_voice=args.dialogue_voice,
+    )
     started = time.perf_counter()
     print(f"model loaded in {started - loading:.1f} s", file=sys.stderr)
     with SpokenStore(folder) as store:

@@ -95,8 +95,19 @@ def _order(
         )
     chapters = None if chapters is None else str(chapters)
     loudness = _loudness(fields.get("loudness", TARGET_LUFS))
+    dialogue_voice = fields.get("dialogue_voice")
+    if dialogue_voice is not None and not isinstance(dialogue_voice, str):
+        raise ApiError(400, "dialogue_voice must be a voice's name", param="dialogue_voice")
     return BookOrder(
-        data, name, title, response_format, speech, chapters, footnotes, loudness
+        data,
+        name,
+        title,
+        response_format,
+        speech,
+        chapters,
+        footnotes,
+        loudness,
+        dialogue_voice,
     )
 
 

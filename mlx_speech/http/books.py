@@ -120,6 +120,7 @@ def book_object(job: BookJob) -> dict[str, Any]:
         "chapters_asked": job.chapters_asked,
         "footnotes": job.footnotes,
         "loudness": job.loudness,
+        "dialogue_voice": job.dialogue_voice,
         "contents": [
             {
                 "number": chapter["number"],

@@ -408,6 +408,11 @@ def _book_fields(settings: ServerSettings) -> dict[str, Any]:
             "default": "skip",
             "description": "skip the book's notes, or read each chapter's at its end",
         },
+        "dialogue_voice": {
+            "type": "string",
+            "description": "speak what the book quotes in this voice, the narration "
+            "in voice (a voice tag in the text still wins)",
+        },
         "loudness": {
             "oneOf": [
                 {"type": "number", "minimum": -40, "maximum": -5},
@@ -642,6 +647,7 @@ COMPONENTS = {
                 "chapters_asked": {"type": ["string", "null"]},
                 "footnotes": {"enum": list(FOOTNOTES)},
                 "loudness": {"type": ["number", "null"]},
+                "dialogue_voice": {"type": ["string", "null"]},
                 "contents": {
                     "type": "array",
                     "description": "every chapter that says something, as "

@@ -43,6 +43,7 @@ class BookJob:
     chapters_asked: str | None = None  # those to speak ("3-5,7"), else every one
     footnotes: str = "skip"  # or "chapter-end"
     loudness: float | None = -18.0  # LUFS each chapter is brought to; None: as spoken
+    dialogue_voice: str | None = None  # the voice of what the book quotes
     contents: list = dataclasses.field(default_factory=list)  # book_contents, as dicts
     left_out: list = dataclasses.field(default_factory=list)  # Book.left_out
 

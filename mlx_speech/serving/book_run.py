@@ -50,7 +50,9 @@ def run_book_job(
         source = source_path(folder, job).read_bytes()
         book = titled(book_of(source, job.source, footnotes=job.footnotes), job.title)
     chosen = chosen_chapters(job.chapters_asked, len(book.chapters))
-    speech = BookSpeech(tts, book, job.request, chapters=chosen)
+    speech = BookSpeech(
+        tts, book, job.request, chapters=chosen, dialogue_voice=job.dialogue_voice
+    )
     with SpokenStore(folder / "spoken") as store:
         progress = _Progress(speech, store, update)
         started = job.started or time.time()

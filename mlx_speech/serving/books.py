@@ -74,6 +74,7 @@ class BookOrder:
     chapters: str | None = None  # those to speak ("3-5,7"), else every one
     footnotes: str = "skip"  # or "chapter-end"
     loudness: float | None = -18.0  # LUFS, or None to leave the audio as spoken
+    dialogue_voice: str | None = None  # the voice of what the book quotes
 
 
 class UnknownBookJob(KeyError):
@@ -335,7 +336,9 @@ class BookJobs:
             chosen = chosen_chapters(order.chapters, len(book.chapters))
         except ValueError as error:
             raise InvalidRequest("chapters", str(error)) from None
-        speech = BookSpeech(tts, book, order.request, chapters=chosen)
+        speech = BookSpeech(
+            tts, book, order.request, chapters=chosen, dialogue_voice=order.dialogue_voice
+        )
         chapters = len(speech.chapter_sentences())
         check_chapter_count(order.response_format, chapters)
         job = BookJob(
@@ -351,6 +354,7 @@ class BookJobs:
             chapters_asked=order.chapters,
             footnotes=order.footnotes,
             loudness=order.loudness,
+            dialogue_voice=order.dialogue_voice,
             contents=[asdict(chapter) for chapter in book_contents(book)],
             left_out=list(book.left_out),
         )

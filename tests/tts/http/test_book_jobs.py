@@ -511,3 +511,12 @@ def test_a_job_shows_its_contents_and_speaks_the_chapters_asked(client):
         "/v1/audio/books", json={"input": "One.", "chapters": "3", **SHORT}
     )
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "chapters"
+
+
+def test_a_job_speaks_its_quotes_in_the_dialogue_voice_asked(client):
+    body = {"input": "« Où es-tu ? » cria-t-elle.", **SHORT}
+    refused = client.post("/v1/audio/books", json={**body, "dialogue_voice": "nobody"})
+    assert refused.status_code == 404 and "nobody" in refused.json()["error"]["message"]
+    job = client.post("/v1/audio/books", json={**body, "dialogue_voice": "default"}).json()
+    assert job["dialogue_voice"] == "default"
+    assert _done(client, job["id"])["status"] == "done"
