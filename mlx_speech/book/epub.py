@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import posixpath
-import re
 import warnings
 import zipfile
 from collections import Counter, defaultdict
@@ -29,6 +28,7 @@ from .model import (
     book_with,
     chapters_of,
     counted,
+    without_front_pages,
 )
 from .xhtml import Anchor, DocumentText, parse_html, semantics
 
@@ -49,12 +49,6 @@ _SKIPPED_DOCUMENTS = {
     "loi": "list of illustrations",
     "lot": "list of tables",
 }
-_COPYRIGHT = re.compile(
-    r"copyright|©|all rights reserved|tous droits réservés|todos los derechos"
-    r"|alle rechte vorbehalten|tutti i diritti|\bisbn\b",
-    re.IGNORECASE,
-)
-_FRONT_MATTER_WORDS = 150  # a title or copyright page is shorter
 
 
 class _Document(NamedTuple):
@@ -86,7 +80,7 @@ def epub_book(data: bytes, name: str, max_bytes: int, footnotes: str = "skip") -
         ) from error
     titles, authors = _metadata(book, "title"), _metadata(book, "creator")
     title = titles[0] if titles else None
-    chapters, front = _without_front_pages(chapters, title)
+    chapters, front = without_front_pages(chapters, title)
     left_out = reading.said_left_out() + front
     details = [
         (field, values[0])
@@ -246,25 +240,6 @@ def _is_contents_page(body: etree._Element) -> bool:
         return False
     linked = sum(len(a.text_content().split()) for a in links)
     return linked >= 0.6 * len(body.text_content().split())
-
-
-def _without_front_pages(chapters: list[Chapter], title: str | None):
-    """The leading chapters that are a title page or a copyright page with
-    no semantics to say so (EPUB 2's), left out by what they say."""
-    left_out = []
-    while len(chapters) > 1:
-        words = chapters[0].text.split()
-        if len(words) > _FRONT_MATTER_WORDS:
-            break
-        if title and chapters[0].text.startswith(title) and len(words) <= 60:
-            kind = "title page"
-        elif _COPYRIGHT.search(chapters[0].text):
-            kind = "copyright page"
-        else:
-            break
-        left_out.append(f"the {kind} ({chapters[0].title!r})")
-        chapters = chapters[1:]
-    return chapters, left_out
 
 
 def _first_heading(root: etree._Element) -> str | None:

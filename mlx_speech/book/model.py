@@ -5,6 +5,7 @@ with the bounds every reader holds it to."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,6 +13,12 @@ from ..audio.pictures import Picture
 
 MAX_BOOK_BYTES = 16 * 1024 * 1024
 MIB = 1024 * 1024
+_COPYRIGHT = re.compile(
+    r"copyright|©|all rights reserved|tous droits réservés|todos los derechos"
+    r"|alle rechte vorbehalten|tutti i diritti|\bisbn\b",
+    re.IGNORECASE,
+)
+_FRONT_MATTER_WORDS = 150  # a title or copyright page is shorter
 # Where a book's notes go: left out, or read at the end of the chapter
 # that cites them.
 FOOTNOTES = ("skip", "chapter-end")
@@ -105,6 +112,26 @@ def book_with(
         cover,
         tuple(details),
     )
+
+
+def without_front_pages(chapters: list[Chapter], title: str | None):
+    """The leading chapters that are a title page or a copyright page with
+    no semantics to say so (EPUB 2's, a PDF's), left out by what they say;
+    and what was left out."""
+    left_out = []
+    while len(chapters) > 1:
+        words = chapters[0].text.split()
+        if len(words) > _FRONT_MATTER_WORDS:
+            break
+        if title and chapters[0].text.startswith(title) and len(words) <= 60:
+            kind = "title page"
+        elif _COPYRIGHT.search(chapters[0].text):
+            kind = "copyright page"
+        else:
+            break
+        left_out.append(f"the {kind} ({chapters[0].title!r})")
+        chapters = chapters[1:]
+    return chapters, left_out
 
 
 def counted(kind: str, count: int) -> str:

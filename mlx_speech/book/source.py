@@ -28,6 +28,7 @@ from .model import (
     chapters_of,
     check_size,
 )
+from .pdf import pdf_book
 
 __all__ = [
     "FOOTNOTES",
@@ -46,6 +47,7 @@ SUFFIXES = {
     ".md": "markdown",
     ".markdown": "markdown",
     ".epub": "epub",
+    ".pdf": "pdf",
 }
 
 
@@ -85,6 +87,8 @@ def book_of(
         raise ValueError(f"footnotes must be {' or '.join(FOOTNOTES)}, not {footnotes!r}")
     if kind == "epub":
         return epub_book(data, name, max_bytes, footnotes)
+    if kind == "pdf":
+        return pdf_book(data, name, max_bytes)
     text = _utf8_text(data, name)
     if kind == "markdown":
         return markdown_book(text, name, footnotes)
@@ -96,7 +100,7 @@ def _kind(name: str) -> str:
     kind = SUFFIXES.get(PurePath(name).suffix.lower())
     if kind is None:
         raise BookError(
-            f"cannot read {name!r}: a book is a .txt, .md or .epub file;"
+            f"cannot read {name!r}: a book is a .txt, .md, .epub or .pdf file;"
             " convert it to one of these"
         )
     return kind

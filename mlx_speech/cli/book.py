@@ -20,12 +20,12 @@ from .arguments import loaded_model, sampling_arguments, speech_arguments, speec
 def add_parser(commands) -> None:
     book = commands.add_parser(
         "book",
-        help="speak a book (.txt, .md, .epub) into an audiobook",
+        help="speak a book (.txt, .md, .epub, .pdf) into an audiobook",
         description="Speak a book into one audio file with its chapters: an EPUB's "
         "table of contents, a Markdown file's headings, or a plain text file as one "
         "chapter. Run again after any stop, it resumes where it was.",
     )
-    book.add_argument("file", metavar="FILE", help="the book: .txt, .md or .epub")
+    book.add_argument("file", metavar="FILE", help="the book: .txt, .md, .epub or .pdf")
     book.add_argument(
         "-o",
         "--output",

@@ -141,7 +141,8 @@ def _drm_epub(path):
         ("fake.epub", lambda p: p.write_text("just text"), "not a zip file"),
         ("hollow.epub", _epub_without_container, "not an EPUB"),
         ("locked.epub", _drm_epub, "DRM"),
-        ("notes.pdf", lambda p: p.write_bytes(b"%PDF"), ".txt, .md or .epub"),
+        ("notes.docx", lambda p: p.write_bytes(b"PK"), ".txt, .md, .epub or .pdf"),
+        ("broken.pdf", lambda p: p.write_bytes(b"%PDF"), "could not be read as a PDF"),
         ("huge.txt", lambda p: p.write_bytes(b"word " * (4 << 20)), "the limit is"),
     ],
 )

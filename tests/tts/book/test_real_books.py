@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_speech.book.source import read_book
+from mlx_speech.book.source import BookError, read_book
 from mlx_speech.book.speech import speak_book
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -88,3 +88,44 @@ def test_footnotes_can_be_read_at_their_chapters_end(speaking_tts, name):
     morning = said.index("Le Matin")
     assert said[tempest:morning][-2:] == ["Note 1.", "Une tempête de force dix."]
     assert said[-2:] == ["Note 1.", "Vers six heures."]
+
+
+def test_a_pdf_is_heard_by_its_outline_without_headers_or_page_numbers(speaking_tts):
+    titles, said = _said(speaking_tts, FIXTURES / "outlined.pdf")
+    assert titles == ["Chapter One: Arrival", "Chapter Two: The Lamp"]
+    assert said == [
+        "Chapter One: Arrival",
+        "The ferry reached the harbour at dawn.",
+        "Gulls circled over the grey water and the fishermen were already mending "
+        "their nets.",
+        "Nobody spoke of the storm.",
+        "The old keeper watched the boats with an extraordinary patience, as he "
+        "always had.",
+        "Chapter Two: The Lamp",
+        "At night the lamp turned slowly.",
+        "Its beam crossed the water again and again.",
+        "By morning the sea was calm once more.",
+    ]
+    left_out = read_book(FIXTURES / "outlined.pdf").left_out
+    assert left_out == (
+        "4 page numbers",
+        "4 running headers",
+        "the title page ('The Quiet Harbour')",
+    )
+
+
+def test_a_pdf_without_an_outline_is_one_chapter_and_a_locked_one_refused(tmp_path):
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(FIXTURES / "outlined.pdf"))
+    writer._root_object.pop("/Outlines", None)
+    plain = tmp_path / "plain.pdf"
+    writer.write(plain)
+    book = read_book(plain)
+    assert [chapter.title for chapter in book.chapters] == ["The Quiet Harbour"]
+    assert "extraordinary patience" in book.chapters[0].text
+    writer.encrypt("secret")
+    locked = tmp_path / "locked.pdf"
+    writer.write(locked)
+    with pytest.raises(BookError, match="is encrypted"):
+        read_book(locked)
