@@ -6,6 +6,7 @@ end joined again; a page's lines joined into paragraphs."""
 from __future__ import annotations
 
 import io
+import logging
 import re
 from collections import Counter
 
@@ -26,6 +27,9 @@ _PAGE_NUMBER = re.compile(
     r"(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*(?:/|of)\s*\d+)?", re.I
 )
 _SENTENCE_END = tuple('.!?…"»”’)')
+# pypdf logs what it finds wrong in a file; a broken book is said in one
+# line of ours (BookError), a readable one needs no warning.
+logging.getLogger("pypdf").setLevel(logging.ERROR)
 _SHORT_LINE = 0.7  # of a page's longest line: a paragraph's last line is shorter
 
 
