@@ -66,3 +66,48 @@ def test_a_mac_loads_and_speaks_without_importing_the_host_engine(speaking_dir, 
     assert "mlx_speech.families.moss_nano.service" in loaded  # it did load the model
     linux = [name for name in loaded if name.startswith("mlx_speech.host_engine")]
     assert not linux, f"a Mac's path loads {linux}"
+
+
+# Outside the layers by design: the accelerator beside the families, the
+# checkpoints the tests build, the page's static files.
+OUTSIDE_THE_LAYERS = {"host_engine", "testing", "page"}
+
+
+def _contracts() -> list[dict]:
+    from pathlib import Path
+
+    import tomllib
+
+    pyproject = Path(__file__).parents[3] / "pyproject.toml"
+    return tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
+
+
+def _top_level_modules() -> set[str]:
+    from pathlib import Path
+
+    import mlx_speech
+
+    package = Path(mlx_speech.__file__).parent
+    modules = {path.stem for path in package.glob("*.py") if path.stem != "__init__"}
+    modules |= {
+        path.name for path in package.iterdir() if path.is_dir() and path.name[0] != "_"
+    }
+    return modules
+
+
+def test_every_module_is_in_the_layers_and_kept_from_the_host_engine():
+    """A new package of ``mlx_speech`` that no contract names is unguarded:
+    this fails until the layers and the host engine's contract name it."""
+    layers, host = (
+        next(c for c in _contracts() if c["type"] == kind and word in c["name"])
+        for kind, word in (("layers", "Adapters"), ("forbidden", "Only backends"))
+    )
+    named = {
+        name.strip().removeprefix("mlx_speech.")
+        for layer in layers["layers"]
+        for name in layer.replace("|", ":").split(":")
+    }
+    modules = _top_level_modules() - OUTSIDE_THE_LAYERS
+    assert modules - named == set()
+    sources = {name.removeprefix("mlx_speech.") for name in host["source_modules"]}
+    assert modules - sources == {"backends"}  # it alone brings the host engine
