@@ -234,10 +234,16 @@ def test_a_book_over_the_bound_is_refused(client):
             "'fake.epub' is not an EPUB: it is not a zip file",
         ),
         (
+            {"files": {"file": ("notes.docx", b"PK")}},
+            400,
+            "file",
+            "a book is a .txt, .md, .epub or .pdf file",
+        ),
+        (
             {"files": {"file": ("notes.pdf", b"%PDF")}},
             400,
             "file",
-            "a book is a .txt, .md or .epub file",
+            "'notes.pdf' could not be read as a PDF",
         ),
         ({"json": {"input": "Hi.", "voice": "nobody"}}, 404, "voice", "unknown voice"),
         (
