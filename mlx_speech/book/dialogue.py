@@ -12,7 +12,7 @@ from ..text.script import is_ssml
 from ..text.tags import TAG
 
 # What is quoted: «…», “…”, „…“, ‹…›, 「…」, 『…』 and "…".
-QUOTED = re.compile(r'«[^»]*»|“[^”]*”|„[^“]*“|‹[^›]*›|「[^」]*」|『[^』]*』|"[^"]*"')
+QUOTED = re.compile(r'«[^»]*»|“[^”]*”|„[^“”]*[“”]|‹[^›]*›|「[^」]*」|『[^』]*』|"[^"]*"')
 
 
 def with_dialogue(text: str, voice: str) -> str:

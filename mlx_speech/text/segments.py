@@ -29,10 +29,10 @@ _CJK_SENTENCE_ENDS = "。！？"
 _CLAUSE_ENDS = ",;:"
 _CJK_CLAUSE_ENDS = "，、；："
 _CLOSERS = "\"')]}”’»」』）"
-# Quotation marks and inverted marks that open what their closer ends; „ is
-# closed by “ (German), which opens in English.
+# Quotation marks and inverted marks, and the closers that end what they
+# open: „ is closed by “ (German) or ” (Polish), and “ opens in English.
 _PAIRS = {
-    "«": "»", "‹": "›", "“": "”", "„": "“", "「": "」", "『": "』", "¿": "?", "¡": "!",
+    "«": "»", "‹": "›", "“": "”", "„": "“”", "「": "」", "『": "』", "¿": "?", "¡": "!",
 }  # fmt: skip
 _CJK_CLOSERS = "」』"
 _SPACES = " \u00a0\u202f"  # French typography sets a thin space inside « »
@@ -105,7 +105,7 @@ class TextSegmenter:
         index = 0
         while index < len(text):
             char = text[index]
-            if open_quotes and char == open_quotes[-1]:
+            if open_quotes and char in open_quotes[-1]:
                 open_quotes.pop()
                 if not open_quotes and char not in "?!":
                     verdict = _quote_ends_sentence(text, index, ends + cjk, final)

@@ -37,6 +37,7 @@ SENTENCES = [
     ("« Où es-tu ? » cria Hélène. Rien.", ["« Où es-tu ? » cria Hélène.", "Rien."]),
     ("« Je viens. » Il partit.", ["« Je viens. »", "Il partit."]),
     ("„Wo bist du?“, rief sie. Dann.", ["„Wo bist du?“, rief sie.", "Dann."]),
+    ("„Gdzie jesteś?” zapytała. Tak.", ["„Gdzie jesteś?” zapytała.", "Tak."]),
     ("Dije ¿dónde estás? y nada. Fin.", ["Dije ¿dónde estás? y nada.", "Fin."]),
     ("¿Vienes? Sí.", ["¿Vienes?", "Sí."]),
     ("「どこ？」と叫んだ。去った。", ["「どこ？」と叫んだ。", "去った。"]),
