@@ -13,6 +13,7 @@ from .arguments import Parser
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="mlx-speech", description="Local text-to-speech on MLX.")
+    parser.add_argument("--version", action="version", version=f"mlx-speech {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(commands)
     speak.add_parser(commands)
@@ -20,6 +21,15 @@ def build_parser() -> argparse.ArgumentParser:
     voices.add_parser(commands)
     normalize.add_parser(commands)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlx-speech-server")
+    except PackageNotFoundError:  # run from a source tree, not installed
+        return "(not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

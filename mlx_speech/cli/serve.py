@@ -34,8 +34,10 @@ def add_parser(commands) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the OpenAI-compatible speech server",
-        description="Serve /v1/audio/speech (OpenAI and vLLM-Omni compatible), "
-        "/v1/audio/voices, /v1/models, /health and /metrics.",
+        description="Serve /v1/audio/speech (OpenAI and vLLM-Omni compatible) "
+        "with its WebSocket, /v1/audio/voices, book jobs (/v1/audio/books), the "
+        "page at /, /v1/models, /health and /metrics; with --wyoming-port, Home "
+        "Assistant's Wyoming protocol beside them.",
     )
     model_argument(serve)
     quantize_argument(serve)

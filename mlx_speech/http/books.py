@@ -147,10 +147,14 @@ async def _download(request: Request, captions: bool) -> tuple[BookJob, Path]:
     except BookNotDone as not_done:
         job = not_done.job
         progress = f"{job.spoken} of {job.sentences} sentences spoken"
+        after = (
+            "it is not run again: create the job again for its audio"
+            if job.status in ("cancelled", "failed")
+            else "its audio and captions are there once it is done"
+        )
         raise ApiError(
             409,
-            f"book job {job.id} is {job.status} ({progress}); its audio and captions "
-            "are there once it is done",
+            f"book job {job.id} is {job.status} ({progress}); {after}",
         ) from None
 
 

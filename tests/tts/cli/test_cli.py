@@ -464,3 +464,14 @@ def test_a_busy_port_is_one_line_naming_it_and_its_flag(
         f"mlx-speech: error: port {busy} on 127.0.0.1 is in use (another server "
         f"listens there): pass {flag} with another port"
     )
+
+
+def test_version_and_serves_description_say_what_there_is():
+    from importlib.metadata import version
+
+    done = run("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"mlx-speech {version('mlx-speech-server')}"
+    described = " ".join(run("serve", "--help").stdout.split())
+    for part in ("book jobs", "the page", "WebSocket", "Wyoming"):
+        assert part in described

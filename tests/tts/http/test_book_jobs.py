@@ -169,7 +169,9 @@ def test_a_running_job_is_cancelled_then_deleted(server, client):
     assert cancelled.json()["sentences"]["done"] < 42
     assert client.get(f"/v1/audio/books/{job['id']}").json()["status"] == "cancelled"
     refused = client.get(f"/v1/audio/books/{job['id']}/audio")
-    assert refused.status_code == 409 and "cancelled" in refused.json()["error"]["message"]
+    said = refused.json()["error"]["message"]
+    assert refused.status_code == 409 and "is cancelled" in said
+    assert "not run again: create the job again" in said
 
     folder = server.app.state.settings.books_dir / job["id"]
     assert (folder / "job.json").is_file()
