@@ -12,11 +12,17 @@ handshakes are held to the same rules.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Callable
 
 from .errors import ApiError
 
+log = logging.getLogger("mlx_speech.server")
+
 LOOPBACK_NAMES = ("localhost",)
+# A refused Host is said in the log once a name, and only for so many names:
+# a client in Docker (Open WebUI) sees its 400 where its user never looks.
+LOGGED_HOSTS = 32
 CHANGING_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -46,6 +52,7 @@ class LocalOnly:
         self._app = app
         self._hosts = {name.lower() for name in (*LOOPBACK_NAMES, *allowed_hosts)}
         self._origins = {origin.rstrip("/").lower() for origin in cors_origins}
+        self._logged: set[str] = set()  # the refused Host names said in the log
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         error = self._refusal(scope) if scope["type"] in ("http", "websocket") else None
@@ -61,6 +68,7 @@ class LocalOnly:
         host = headers.get(b"host", b"").decode("latin-1")
         name = host_name(host)
         if not (_is_ip(name) or name in self._hosts):
+            self._log_refused(name)
             return ApiError(
                 400,
                 f"unknown Host {host[:64]!r}; start the server with --allowed-host "
@@ -78,6 +86,18 @@ class LocalOnly:
             403,
             f"requests from the page at {origin[:64]!r} are refused; start the server "
             "with --cors-origin ORIGIN to allow a page",
+        )
+
+    def _log_refused(self, name: str) -> None:
+        if name in self._logged or len(self._logged) >= LOGGED_HOSTS:
+            return
+        self._logged.add(name)
+        log.warning(
+            "refused a request for Host %r (400): to serve clients that call this "
+            "server by that name (Open WebUI in Docker calls it host.docker.internal), "
+            "start it with --allowed-host %s, and --host 0.0.0.0 for other machines",
+            name[:64],
+            name[:64],
         )
 
     @staticmethod

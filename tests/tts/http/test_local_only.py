@@ -5,6 +5,7 @@ rebinding (a ``Host`` that names the attacker's domain)."""
 from __future__ import annotations
 
 import io
+import logging
 
 import httpx
 import numpy as np
@@ -111,3 +112,17 @@ def test_cors_headers_go_only_to_allowed_origins(server):
 
 def test_clients_that_are_not_browsers_are_unaffected(server):
     assert_speaks(server)
+
+
+def test_a_refused_host_is_said_in_the_servers_log_once(server, caplog):
+    caplog.set_level(logging.WARNING, logger="mlx_speech.server")
+    for _ in range(3):
+        answer = httpx.get(
+            f"{server.url}/v1/models", headers={"host": "host.docker.internal:8000"}
+        )
+        assert answer.status_code == 400
+    said = [
+        r.getMessage() for r in caplog.records if "host.docker.internal" in r.getMessage()
+    ]
+    assert len(said) == 1
+    assert "--allowed-host host.docker.internal" in said[0] and "--host 0.0.0.0" in said[0]
