@@ -155,10 +155,10 @@ def run(args: argparse.Namespace) -> None:
 
 def _check_places(args: argparse.Namespace, book, output: Path) -> None:
     """Every file the command will write, before the model loads
-    (``book.places``), and a chapter count the format holds."""
+    (``places``), and a chapter count the format holds."""
     from ..audio.chapters import book_format, check_chapter_count
     from ..book.files import chapter_paths
-    from ..book.places import check_places
+    from .places import check_places
 
     check_chapter_count(book_format(output, args.format), len(book.chapters))
     files = [output]

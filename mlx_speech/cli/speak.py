@@ -16,6 +16,7 @@ from ..audio.formats import FORMATS, format_for_path
 from ..backends import FIRST_COMPILE_NOTICE, blas_name, mlx_compiled_here_before
 from ..text.segments import SPLITS
 from .arguments import loaded_model, sampling_arguments, speech_arguments, speech_request
+from .places import check_writable
 
 
 def add_parser(commands) -> None:
@@ -189,6 +190,7 @@ def _checked_captions(args: argparse.Namespace) -> None:
         raise RuntimeError(f"cannot write captions to {path}: name a .vtt or .srt file")
     if not path.absolute().parent.is_dir():
         raise RuntimeError(f"cannot write {path}: its directory does not exist")
+    check_writable(path.absolute().parent)
 
 
 def _checked_output(args: argparse.Namespace) -> str | None:
@@ -204,6 +206,7 @@ def _checked_output(args: argparse.Namespace) -> str | None:
     format_for_path(output, args.format)  # a bad name fails before any work
     if not Path(output).absolute().parent.is_dir():
         raise RuntimeError(f"cannot write {output}: its directory does not exist")
+    check_writable(Path(output).absolute().parent)
     return output
 
 

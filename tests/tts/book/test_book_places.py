@@ -7,15 +7,14 @@ make chapter files, and a real full disk says one line."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.tts.support.cli import MLX_SPEECH, run
+from tests.tts.support.cli import run
 from tests.tts.support.markdown_book import markdown_book
 from tests.tts.support.probe import probed
+from tests.tts.support.tmpfs import run_on_a_tmpfs
 
 pytestmark = pytest.mark.slow  # the installed command, in subprocesses
 
@@ -91,26 +90,12 @@ def test_more_chapters_than_the_format_marks_is_refused_first(tmp_path):
 
 
 def _book_on_a_tmpfs(tmp_path, mount: str, book: str, *flags: str):
-    """``mlx-speech book`` writing into a tmpfs mounted with ``mount``'s
-    options, in a user and mount namespace of its own (``unshare -rm``);
-    skipped where there is none."""
-    if shutil.which("unshare") is None:
-        pytest.skip("unshare is not installed")
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"no user namespaces here: {probe.stderr.decode().strip()}")
+    """``mlx-speech book`` writing into a tmpfs (``support.tmpfs``)."""
     source = tmp_path / "b.md"
     source.write_text(book)
     folder = tmp_path / "mounted"
-    folder.mkdir()
-    script = f'mount -t tmpfs -o {mount} none "$1" && shift && exec "$@"'
-    command = [MLX_SPEECH, "book", str(source), "-o", str(folder / "b.flac"), *flags]
-    return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script, "sh", str(folder), *command],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    output = str(folder / "b.flac")
+    return run_on_a_tmpfs(folder, mount, "book", str(source), "-o", output, *flags)
 
 
 def test_a_read_only_folder_is_refused_before_the_model_loads(tmp_path):

@@ -21,6 +21,7 @@ import pytest
 import soundfile
 
 from tests.tts.support.cli import MLX_SPEECH, run, start_serving
+from tests.tts.support.tmpfs import run_on_a_tmpfs
 
 pytestmark = pytest.mark.slow  # the command in subprocesses
 
@@ -475,3 +476,13 @@ def test_version_and_serves_description_say_what_there_is():
     described = " ".join(run("serve", "--help").stdout.split())
     for part in ("book jobs", "the page", "WebSocket", "Wyoming"):
         assert part in described
+
+
+@pytest.mark.parametrize("place", ["-o", "--captions"])
+def test_speak_into_a_read_only_folder_is_refused_before_the_model_loads(tmp_path, place):
+    folder = tmp_path / "ro"
+    args = ["-o", str(tmp_path / "a.wav"), "--captions", str(tmp_path / "a.vtt")]
+    args[args.index(place) + 1] = str(folder / ("a.wav" if place == "-o" else "a.vtt"))
+    done = run_on_a_tmpfs(folder, "ro", "speak", "Hi.", *args, "--model", "/no/such/model")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "read-only disk" in done.stderr and not (tmp_path / "a.wav").exists()

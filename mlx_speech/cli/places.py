@@ -1,6 +1,6 @@
-"""Every place a book's command will write, checked before the model loads:
-the audiobook, its captions, its chapter files and the folder of kept
-sentences. None may be the book being read, or another of them; none may
+"""Every place a command will write, checked before the model loads: for
+``book``, the audiobook, its captions, its chapter files and the folder of
+kept sentences. None may be the book being read, or another of them; none may
 be a device or anything else that is not a regular file; each folder must
 be there (or be made) and writable; each name, with the temporary name it
 is written under first, must fit the file system."""
@@ -12,7 +12,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from .files import partial_path
+from ..book.files import partial_path
 
 _DEFAULT_NAME_MAX = 255
 
@@ -64,6 +64,11 @@ def _check_file(path: Path, book: Path) -> None:
                 f"cannot write {path}: it is the book being read; name another file"
             )
     _check_name(partial_path(path))
+
+
+def check_writable(folder: Path) -> None:
+    """``folder`` exists and this user can write in it (``PlaceError``)."""
+    _check_folder(folder, made=False)
 
 
 def _check_folder(folder: Path, made: bool = True) -> None:
