@@ -22,8 +22,9 @@ def add_parser(commands) -> None:
         "book",
         help="speak a book (.txt, .md, .epub, .pdf) into an audiobook",
         description="Speak a book into one audio file with its chapters: an EPUB's "
-        "table of contents, a Markdown file's headings, or a plain text file as one "
-        "chapter. Run again after any stop, it resumes where it was.",
+        "table of contents, a Markdown file's headings, a PDF's outline, or a plain "
+        "text file as one chapter; what a reader skips is left out (--list shows "
+        "the plan). Run again after any stop, it resumes where it was.",
     )
     book.add_argument("file", metavar="FILE", help="the book: .txt, .md, .epub or .pdf")
     book.add_argument(
@@ -49,6 +50,13 @@ def add_parser(commands) -> None:
         help="also write the whole book's captions, one a sentence: WebVTT (.vtt) "
         "or SubRip (.srt)",
     )
+    _choice_arguments(book)
+    speech_arguments(book)
+    sampling_arguments(book)
+
+
+def _choice_arguments(book) -> None:
+    """What is read and spoken, and how the file sounds."""
     book.add_argument(
         "--list",
         action="store_true",
@@ -95,8 +103,6 @@ def add_parser(commands) -> None:
         default="skip",
         help="skip a book's notes (default), or read each chapter's at its end",
     )
-    speech_arguments(book)
-    sampling_arguments(book)
 
 
 def run(args: argparse.Namespace) -> None:
