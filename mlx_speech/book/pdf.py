@@ -23,9 +23,9 @@ from .model import (
     without_front_pages,
 )
 
-_PAGE_NUMBER = re.compile(
-    r"(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*(?:/|of)\s*\d+)?", re.I
-)
+# A page number: 12, Page 12, 12/300, 12 of 300, or a front matter page's
+# lower-case roman numeral (an upper-case I or V may be a chapter's number).
+_PAGE_NUMBER = re.compile(r"(?:[Pp]age\s+)?(?:\d{1,4}|[ivxlc]{1,7})(?:\s*(?:/|of)\s*\d+)?")
 _SENTENCE_END = tuple('.!?…"»”’)')
 # pypdf logs what it finds wrong in a file; a broken book is said in one
 # line of ours (BookError), a readable one needs no warning.

@@ -110,7 +110,6 @@ class DocumentText:
         self.parts: list[str | Anchor] = []
         self.notes: list[str] = []
         self.left_out: Counter[str] = Counter()
-        self.anchors_found: set[str] = set()
         self._budget = budget
         self._read(root, set(anchor_ids))
 
@@ -128,7 +127,6 @@ class DocumentText:
                 self._end_paragraph(pending)
                 self.parts.append(Anchor(element_id))
                 anchor_ids.discard(element_id)  # each begins once, should an id repeat
-                self.anchors_found.add(element_id)
             kind = skipped_kind(element) if isinstance(element.tag, str) else None
             if kind is None:
                 pending.append(element.text or "")

@@ -129,3 +129,12 @@ def test_a_pdf_without_an_outline_is_one_chapter_and_a_locked_one_refused(tmp_pa
     writer.write(locked)
     with pytest.raises(BookError, match="is encrypted"):
         read_book(locked)
+
+
+def test_page_numbers_are_left_out_but_a_chapters_roman_number_is_not():
+    from mlx_speech.book.pdf import _without_running_lines
+
+    pages = [["iv", "I", "Words one."], ["Page 5", "II", "Words two."], ["3/10", "Three."]]
+    kept, left_out = _without_running_lines(pages)
+    assert kept == [["I", "Words one."], ["II", "Words two."], ["Three."]]
+    assert left_out == ["3 page numbers"]
