@@ -93,6 +93,8 @@ class WyomingSession:
         )
         self._utterances: list[Utterance] = []  # waiting or speaking, in order
         self._open: Utterance | None = None  # taking synthesize-chunk text
+        # A stream refused at its start, answered at its stop: its error
+        self._refused_stream: BadEvent | None = None
         self._last_heard = time.monotonic()
         self._last_sent = self._last_heard
 
@@ -141,15 +143,21 @@ class WyomingSession:
         elif Ping.is_type(event.type):
             await self._send(Pong(text=event.data.get("text")).event())
         elif Synthesize.is_type(event.type):
-            if self._open is None:  # inside a stream it repeats the chunks' text
+            # inside a stream, refused or not, it repeats the chunks' text
+            if self._open is None and self._refused_stream is None:
                 await self._request(event, streamed=False)
         elif SynthesizeStart.is_type(event.type):
-            if self._open is not None:
+            if self._open is not None or self._refused_stream is not None:
                 raise BadEvent("a synthesize-start came before the last one's stop")
-            self._open = await self._request(event, streamed=True)
+            self._open = await self._open_stream(event)
         elif SynthesizeChunk.is_type(event.type):
-            self._add_text(event)
+            if self._refused_stream is None:  # a refused stream's text goes nowhere
+                self._add_text(event)
         elif SynthesizeStop.is_type(event.type):
+            if self._refused_stream is not None:
+                refused, self._refused_stream = self._refused_stream, None
+                await self._refused(str(refused), refused.code, streamed=True)
+                return
             if self._open is None:
                 raise BadEvent("synthesize-stop without a synthesize-start")
             self._open.feed.end()
@@ -164,6 +172,17 @@ class WyomingSession:
             return await self._queue(self._parsed(event, not streamed), streamed)
         except BadEvent as error:
             await self._refused(str(error), error.code, streamed)
+            return None
+
+    async def _open_stream(self, event: Event) -> Utterance | None:
+        """A stream's utterance; or, refused, None, and its answer kept for
+        its ``synthesize-stop``: Home Assistant writes its chunks and its stop
+        while it reads, and a connection its reader closed early failed its
+        writer (an ``AssertionError`` in its log)."""
+        try:
+            return await self._queue(self._parsed(event), streamed=True)
+        except BadEvent as error:
+            self._refused_stream = error
             return None
 
     async def _refused(self, text: str, code: str, streamed: bool) -> None:

@@ -26,6 +26,7 @@ from tests.tts.support.server import RunningServer
 pytestmark = pytest.mark.slow  # a real server
 
 PROMPT_END = 2.0  # seconds Home Assistant may wait for a refused request's end
+PIECE_SECONDS = 0.1  # between the pieces of a streamed text
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +61,15 @@ async def home_assistant_synthesize(port: int, text: str, voice: str | None) -> 
 async def home_assistant_stream(port: int, pieces: list[str], voice: str | None) -> bytes:
     """Its streaming path: the text written piece by piece (and whole, for
     servers that do not stream) while the audio is read until
-    synthesize-stopped."""
+    synthesize-stopped; then it hangs up, its writer done or not (a writer
+    cut off so raised an AssertionError in Home Assistant's log)."""
     async with AsyncTcpClient("127.0.0.1", port) as client:
         asked = SynthesizeVoice(name=voice) if voice else None
 
         async def write() -> None:
             await client.write_event(SynthesizeStart(voice=asked).event())
             for piece in pieces:
+                await asyncio.sleep(PIECE_SECONDS)  # as a chat model writes them
                 await client.write_event(SynthesizeChunk(text=piece).event())
             await client.write_event(Synthesize(text="".join(pieces), voice=asked).event())
             await client.write_event(SynthesizeStop().event())
@@ -78,6 +81,8 @@ async def home_assistant_stream(port: int, pieces: list[str], voice: str | None)
                 pcm += AudioChunk.from_event(event).audio
             elif SynthesizeStopped.is_type(event.type):
                 break
+        await asyncio.sleep(0)  # what the writer had left to do at once
+        assert writing.done(), "answered before the client's synthesize-stop was sent"
         await writing
         return pcm
 
