@@ -69,8 +69,12 @@ def test_the_command_and_jobs_level_each_chapter_too(speaking_tts, tmp_path):
     with SpokenStore(tmp_path / "kept") as store:
         speech.speak(store)
         speech.write(store, tmp_path / "two.flac")
+        speech.write_chapters(store, tmp_path / "chapters", ".flac")
         marks = [m for m in speech.captions(store) if m.text.startswith("Part")]
         ends = [*[m.start_seconds for m in marks[1:]], None]
     for mark, end in zip(marks, ends, strict=True):
         integrated, peak = _r128(tmp_path / "two.flac", mark.start_seconds, end or 1e9)
+        assert abs(integrated + 18.0) <= 1.0 and peak <= -0.95
+    for chapter in sorted((tmp_path / "chapters").iterdir()):  # the chapter files too
+        integrated, peak = _r128(chapter)
         assert abs(integrated + 18.0) <= 1.0 and peak <= -0.95
