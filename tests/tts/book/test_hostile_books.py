@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from mutagen.mp4 import MP4
 
 import mlx_speech
 from mlx_speech.audio.chapters import ChapterMark, check_chapter_count, write_book_audio
@@ -230,6 +231,7 @@ def test_m4b_marks_every_chapter(tmp_path):
     check_chapter_count("m4b", count)
     chapters = probed(path)["chapters"]
     assert len(chapters) == count and chapters[-1]["tags"]["title"] == f"C{count - 1}"
+    assert len(MP4(path).chapters) == 255  # the Nero list some players read instead
 
 
 def test_the_python_api_says_no_audio_in_words(speaking_tts, tmp_path):
