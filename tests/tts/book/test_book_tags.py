@@ -58,6 +58,7 @@ def test_the_epubs_cover_is_in_each_formats_place(lighthouse, tmp_path, name):
         ("mp3", {"composer", "date", "description", "publisher", "language", "genre"}),
         ("flac", {"composer", "date", "publisher", "language", "genre"}),
         ("opus", {"composer", "date", "publisher", "language", "genre"}),
+        ("wav", {"date", "genre"}),
     ],
 )
 def test_the_narrator_and_the_sources_details_are_tags(lighthouse, tmp_path, name, held):
