@@ -135,6 +135,7 @@ class Utterance:
         self.chars = 0
         self.sentences = 0  # segments sent, once its speaking has ended
         self.commits = 0  # input.commit messages taken
+        self.commit_ids: list = []  # each commit's commit_id, as the client sent it
         self.answered = 0  # of them, answered with input.committed
         self._sentences_committed = 0
         self.flushed = anyio.Event()
@@ -149,16 +150,28 @@ class Utterance:
     def commit_answer(self, sentences: int) -> dict:
         """``input.committed`` for the next commit, ``sentences`` segments
         having been sent by then."""
+        spoken = sentences - self._sentences_committed
         answer = {
             "type": "input.committed",
             "utterance_index": self.index,
             "segment_index": self.answered,
-            "segment_sentences": sentences - self._sentences_committed,
+            "segment_sentences": spoken,
             "total_sentences": sentences,
+            # vLLM-Omni's client reads these two: its own id, and the commit's
+            # first segment's sentence_index (none where it spoke none)
+            "commit_id": self.commit_ids[self.answered],
+            "sentence_index": self._sentences_committed if spoken else None,
         }
         self.answered += 1
         self._sentences_committed = sentences
         return answer
+
+
+def _is_scalar(value: object) -> bool:
+    """A value echoed as the client sent it: never a structure of its size."""
+    return value is None or (
+        isinstance(value, str | int | float) and len(str(value)) <= 256
+    )
 
 
 async def refuse(websocket: WebSocket, error: ApiError) -> None:
@@ -237,7 +250,7 @@ class SpeechSocket:
         if kind == "input.text":
             await self._add_text(message.get("text"))
         elif kind == "input.commit":
-            await self._commit()
+            await self._commit(message.get("commit_id"))
         elif kind == "input.done":
             await self._flush()
         elif kind == "session.close":
@@ -355,12 +368,14 @@ class SpeechSocket:
         split = self._config.split
         return self._tts.open_text(feed, request.speech, split=split)
 
-    async def _commit(self) -> None:
+    async def _commit(self, commit_id: object) -> None:
         """vLLM-Omni's ``input.commit``: the utterance's text so far is spoken
         now, without waiting for more; ``input.committed`` answers once its
-        audio is sent. The utterance goes on until ``input.done``."""
+        audio is sent, with the client's ``commit_id``. The utterance goes on
+        until ``input.done``."""
         utterance = await self._open_utterance()
         utterance.commits += 1
+        utterance.commit_ids.append(commit_id if _is_scalar(commit_id) else None)
         if utterance.stream is None or utterance.spoken.is_set():
             # refused, or ended by a failure: nothing more will be spoken
             await self._send(utterance.commit_answer(utterance.sentences))

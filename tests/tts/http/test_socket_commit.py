@@ -45,10 +45,10 @@ def test_a_commit_speaks_its_sentence_before_input_done(server):
         send(ws, "session.config", sample_rate=48000, **PCM)
         send(ws, "input.text", text="Hello ")
         send(ws, "input.text", text="there")
-        send(ws, "input.commit")
+        send(ws, "input.commit", commit_id="c-1")
         first = receive_until(ws, "input.committed")
         send(ws, "input.text", text="How are you")
-        send(ws, "input.commit")
+        send(ws, "input.commit", commit_id=2)
         second = receive_until(ws, "input.committed")
         send(ws, "input.done")
         done = receive_until(ws, "session.done")
@@ -59,9 +59,12 @@ def test_a_commit_speaks_its_sentence_before_input_done(server):
         "segment_index": 0,
         "segment_sentences": 1,
         "total_sentences": 1,
+        "commit_id": "c-1",  # echoed, as vLLM-Omni's client prints it
+        "sentence_index": 0,
     }
     assert messages(second, "audio.start")[0]["sentence_index"] == 1
     assert second[-1]["segment_index"] == 1 and second[-1]["segment_sentences"] == 1
+    assert (second[-1]["commit_id"], second[-1]["sentence_index"]) == (2, 1)
     assert done == [{"type": "session.done", "utterance_index": 0, "total_sentences": 2}]
     # each commit is its text spoken alone, as a sentence is
     assert _audio(first) == _http_pcm(server, "Hello there")
@@ -101,6 +104,8 @@ def test_a_commit_of_nothing_is_answered_and_says_nothing(server):
             "segment_index": 0,
             "segment_sentences": 0,
             "total_sentences": 0,
+            "commit_id": None,
+            "sentence_index": None,
         }
     ]
     assert again[-1]["segment_index"] == 1
