@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import InvalidRequest
 from .pauses import Pause, check_pauses, pause_seconds
 
 _PAUSE = r"\[\s*pause\s*:\s*(?P<seconds>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*\]"
@@ -15,6 +16,9 @@ _PAUSE = r"\[\s*pause\s*:\s*(?P<seconds>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)\s*\]"
 # so that a mix is refused as one rather than said.
 _VOICE = r"\[\s*voice\s*:\s*(?P<voice>[A-Za-z0-9_][A-Za-z0-9_+\-(). ]*?)\s*\]"
 TAG = re.compile(f"{_PAUSE}|{_VOICE}", re.IGNORECASE)
+# Kokoro-FastAPI's [rate:] tag, which is not read here: refused, so that it
+# is never said.
+_UNREAD = re.compile(r"\[\s*rate\s*:[^\]\n]{0,32}\]", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,14 @@ class VoiceChange:
 def split_tags(text: str) -> list[str | Pause | VoiceChange]:
     """``text`` cut at its tags: its parts, pauses and voice changes in order,
     parts of only whitespace left out."""
+    unread = _UNREAD.search(text)
+    if unread is not None:
+        raise InvalidRequest(
+            "text",
+            f"the tag {unread.group()!r} is not read here: set the request's speed "
+            "(0.25 to 4), or use SSML's <prosody rate>; the tags read are [pause:] "
+            "and [voice:]",
+        )
     parts: list[str | Pause | VoiceChange] = []
     position = 0
     for match in TAG.finditer(text):

@@ -213,3 +213,14 @@ def test_an_unknown_tag_voice_is_a_400(server):
         f"{server.url}/v1/audio/speech", json={"input": "Hi [voice:af_sky] there."}
     )
     assert answer.status_code == 400 and "af_sky" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("text", ["Hello [rate:1.5] there.", "[RATE: 0.8]Slow."])
+def test_kokoros_rate_tag_is_refused_never_said(voiced_tts, server, text):
+    with pytest.raises(ValueError, match=r"is not read here: set the request's speed"):
+        voiced_tts.speak(text, max_new_tokens=2)
+    answer = httpx.post(
+        f"{server.url}/v1/audio/speech", json={"input": text, "max_new_tokens": 2}
+    )
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "input"
+    assert len(voiced_tts.speak("Item [3] and [note: x].", max_new_tokens=2).samples)
