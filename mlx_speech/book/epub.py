@@ -74,10 +74,7 @@ def epub_book(data: bytes, name: str, max_bytes: int, footnotes: str = "skip") -
     except BookError:
         raise
     except Exception as error:  # ebooklib and lxml fail in many ways on a broken book
-        reason = " ".join(str(getattr(error, "msg", None) or error).split())[:160]
-        raise BookError(
-            f"{name!r} could not be read as an EPUB: {reason or type(error).__name__}"
-        ) from error
+        raise BookError(f"{name!r} could not be read as an EPUB: {_why(error)}") from error
     titles, authors = _metadata(book, "title"), _metadata(book, "creator")
     title = titles[0] if titles else None
     chapters, front = without_front_pages(chapters, title)
@@ -105,6 +102,19 @@ def _cover(book: epub.EpubBook) -> Picture | None:
         if item.media_type in MEDIA_TYPES and item.content:
             return Picture(item.content, item.media_type)
     return None
+
+
+def _why(error: Exception) -> str:
+    """What is wrong with a broken EPUB, in words: XML's and ebooklib's own
+    messages say it; Python's (a KeyError, a None's missing attribute) say
+    nothing to a reader of the book."""
+    if isinstance(error, etree.XMLSyntaxError | epub.EpubException):
+        reason = " ".join(str(getattr(error, "msg", None) or error).split())[:160]
+        return reason or type(error).__name__
+    return (
+        "its package document (.opf) is incomplete: an EPUB needs its metadata, "
+        "manifest and spine"
+    )
 
 
 class _Reading:

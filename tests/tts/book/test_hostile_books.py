@@ -6,8 +6,10 @@ what is shown, and more chapters than a format marks."""
 
 from __future__ import annotations
 
+import io
 import sys
 import tracemalloc
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -271,3 +273,26 @@ def test_what_a_reader_skips_is_left_out_of_a_document():
         "an index",
         "a footnote",
     }
+
+
+_CONTAINER = (
+    '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:'
+    'opendocument:xmlns:container"><rootfiles><rootfile full-path="content.opf" '
+    'media-type="application/oebps-package+xml"/></rootfiles></container>'
+)
+_PACKAGE = '<package xmlns="http://www.idpf.org/2007/opf" version="2.0">{}</package>'
+
+
+@pytest.mark.parametrize("parts", ["<metadata/><manifest/>", "<manifest/><spine/>"])
+def test_an_incomplete_package_document_is_said_in_words(parts):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("mimetype", "application/epub+zip")
+        archive.writestr("META-INF/container.xml", _CONTAINER)
+        archive.writestr("content.opf", _PACKAGE.format(parts))
+    with pytest.raises(BookError) as refused:
+        book_of(out.getvalue(), "broken.epub")
+    assert str(refused.value) == (
+        "'broken.epub' could not be read as an EPUB: its package document (.opf) is "
+        "incomplete: an EPUB needs its metadata, manifest and spine"
+    )
