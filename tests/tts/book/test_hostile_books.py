@@ -66,7 +66,7 @@ def test_a_kept_file_that_does_not_read_is_spoken_again(speaking_tts, tmp_path):
 
 
 def test_a_book_of_takes_that_end_at_once_is_written_whole(stopping_tts, tmp_path):
-    """With this seed the stopping checkpoint ends about a third of its takes
+    """With this seed the stopping checkpoint ends 8 of its 18 takes
     at their first frame: those sentences have no audio and no caption; the
     rest meet the audio."""
     text = "".join(
