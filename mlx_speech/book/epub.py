@@ -30,24 +30,19 @@ from .model import (
     counted,
     without_front_pages,
 )
-from .xhtml import Anchor, DocumentText, parse_html, semantics
+from .xhtml import SKIPPED, Anchor, DocumentText, parse_html, semantics
 
 # An EPUB is a zip: what it unpacks to is bounded too, so that a small file
 # cannot expand into gigabytes (zipfile never reads past a member's stated size).
 UNPACKED_BOUND_FACTOR = 8
 _FONT_OBFUSCATION = {"http://www.idpf.org/2008/embedding", "http://ns.adobe.com/pdf/enc#RC"}
 _XMLENC = "{http://www.w3.org/2001/04/xmlenc#}"
-_EPUB_TYPE = "{http://www.idpf.org/2007/ops}type"
-# Whole documents a reader skips: EPUB 2's guide types, EPUB 3's landmarks.
+# Whole documents a reader skips, by the words of xhtml.SKIPPED that name
+# them (EPUB 3's landmarks and epub:type), and EPUB 2's guide's own spelling.
+_WHOLE_DOCUMENTS = ("cover", "titlepage", "toc", "copyright-page", "index", "loi", "lot")
 _SKIPPED_DOCUMENTS = {
-    "cover": "cover",
-    "title-page": "title page",
-    "titlepage": "title page",
-    "toc": "table of contents",
-    "copyright-page": "copyright page",
-    "index": "index",
-    "loi": "list of illustrations",
-    "lot": "list of tables",
+    **{word: SKIPPED[word] for word in _WHOLE_DOCUMENTS},
+    "title-page": SKIPPED["titlepage"],
 }
 
 
