@@ -28,6 +28,7 @@ from .model import (
     book_with,
     chapters_of,
     counted,
+    notes_read,
     without_front_pages,
 )
 from .xhtml import SKIPPED, Anchor, DocumentText, parse_html, semantics
@@ -206,8 +207,7 @@ class _Reading:
 
     def _add_notes(self, sections, text: DocumentText) -> None:
         if self._footnotes == "chapter-end" and text.notes and sections:
-            notes = [f"Note {n}. {note}" for n, note in enumerate(text.notes, start=1)]
-            sections[-1][1].extend(notes)
+            sections[-1][1].extend(notes_read([[note] for note in text.notes]))
 
 
 def _broken(entries: list[_Entry], names: set[str]) -> str | None:

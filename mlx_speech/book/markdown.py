@@ -13,7 +13,7 @@ from pathlib import PurePath
 from markdown_it import MarkdownIt
 from mdit_py_plugins.footnote import footnote_plugin
 
-from .model import Book, book_with, chapters_of, counted
+from .model import Book, book_with, chapters_of, counted, notes_read
 from .xhtml import SKIPPED
 
 _FRONT_MATTER = re.compile(r"\A---\n(.*?\n)?(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
@@ -138,13 +138,8 @@ def _inline_text(children: list) -> str:
 
 def _notes_read(labels: list[str], notes: dict[str, list[str]]) -> list[str]:
     """The notes a chapter cites, each once, as paragraphs at its end."""
-    read = []
-    for number, label in enumerate(dict.fromkeys(labels), start=1):
-        paragraphs = [p for p in notes.get(label, []) if p]
-        if paragraphs:
-            read.append(f"Note {number}. {paragraphs[0]}")
-            read += paragraphs[1:]
-    return read
+    cited = dict.fromkeys(labels)
+    return notes_read([[p for p in notes.get(label, []) if p] for label in cited])
 
 
 def _skipped_kind(attributes: str) -> str | None:

@@ -134,6 +134,16 @@ def without_front_pages(chapters: list[Chapter], title: str | None):
     return chapters, left_out
 
 
+def notes_read(notes: Sequence[Sequence[str]]) -> list[str]:
+    """Notes read at the end of a chapter (``--footnotes chapter-end``): each
+    numbered in order, "Note N." before its first paragraph."""
+    read = []
+    for number, paragraphs in enumerate(notes, start=1):
+        if paragraphs:
+            read += [f"Note {number}. {paragraphs[0]}", *paragraphs[1:]]
+    return read
+
+
 def counted(kind: str, count: int) -> str:
     """A line of ``Book.left_out`` for ``count`` things of one kind ("" for none)."""
     if not count:
