@@ -15,6 +15,7 @@ import numpy as np
 
 TARGET_LUFS = -18.0  # an audiobook's level: ACX asks -23 to -18, most players' speech ~-18
 TRUE_PEAK_CEILING_DBTP = -1.0
+TARGETS_LUFS = (-40.0, -5.0)  # the targets asked for may lie between these
 _SILENCE_LUFS = -70.0  # ebur128's floor: gated out, nothing to bring up
 _LAYOUTS = {1: "mono", 2: "stereo"}
 
@@ -51,6 +52,13 @@ def measured(chunks: Iterable[np.ndarray], rate: int, channels: int) -> Loudness
     integrated = float(last.get("lavfi.r128.I", _SILENCE_LUFS))
     peak = float(last.get("lavfi.r128.true_peak", 0.0))
     return Loudness(integrated, 20 * math.log10(peak) if peak > 0 else -math.inf)
+
+
+def is_target(value: object) -> bool:
+    """Whether ``value`` is a loudness a book may be brought to."""
+    low, high = TARGETS_LUFS
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and low <= value <= high
 
 
 def gain_to(

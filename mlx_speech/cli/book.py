@@ -180,6 +180,8 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
 
 def _loudness(text: str) -> float | None:
     """``--loudness``: LUFS, or "off"."""
+    from ..audio.loudness import TARGETS_LUFS, is_target
+
     if text.lower() == "off":
         return None
     try:
@@ -187,8 +189,9 @@ def _loudness(text: str) -> float | None:
     except ValueError:
         message = f"{text!r} is no loudness: give LUFS (-18) or off"
         raise argparse.ArgumentTypeError(message) from None
-    if not -40.0 <= value <= -5.0:
-        raise argparse.ArgumentTypeError(f"{text} LUFS is outside -40 to -5")
+    if not is_target(value):
+        low, high = TARGETS_LUFS
+        raise argparse.ArgumentTypeError(f"{text} LUFS is outside {low:g} to {high:g}")
     return value
 
 

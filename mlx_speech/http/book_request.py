@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from ..audio.chapters import BOOK_FORMATS
-from ..audio.loudness import TARGET_LUFS
+from ..audio.loudness import TARGET_LUFS, TARGETS_LUFS, is_target
 from ..book.files import file_name
 from ..book.source import FOOTNOTES, MAX_BOOK_BYTES
 from ..errors import shown
@@ -112,15 +112,16 @@ def _order(
 
 
 def _loudness(value: Any) -> float | None:
-    """``loudness``: LUFS from -40 to -5, or "off" (or null): as spoken."""
+    """``loudness``: LUFS (``audio.loudness.TARGETS_LUFS``), or "off" (or
+    null): as spoken."""
     if value is None or value == "off":
         return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if -40 <= value <= -5:
-            return float(value)
+    if is_target(value):
+        return float(value)
+    low, high = TARGETS_LUFS
     raise ApiError(
         400,
-        f"loudness must be LUFS from -40 to -5, or off; got {shown(value)}",
+        f"loudness must be LUFS from {low:g} to {high:g}, or off; got {shown(value)}",
         param="loudness",
     )
 

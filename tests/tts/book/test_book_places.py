@@ -146,3 +146,12 @@ def test_a_cover_given_is_embedded_and_a_bad_one_refused_first(speaking_dir, tmp
     assert done.returncode == 0, done.stderr
     streams = probed(out)["streams"]
     assert [s["codec_name"] for s in streams if s["codec_type"] == "video"] == ["png"]
+
+
+@pytest.mark.parametrize("loudness", ["-41", "-4", "loud"])
+def test_a_loudness_outside_the_documented_range_is_a_usage_error(tmp_path, loudness):
+    source = tmp_path / "b.md"
+    source.write_text(markdown_book(1))
+    done = run("book", str(source), "--loudness", loudness, "--model", "/no/such/model")
+    assert done.returncode == 2 and "--loudness" in done.stderr
+    assert "outside -40 to -5" in done.stderr or "is no loudness" in done.stderr

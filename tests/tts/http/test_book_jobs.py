@@ -528,3 +528,11 @@ def test_a_job_speaks_its_quotes_in_the_dialogue_voice_asked(client):
     job = client.post("/v1/audio/books", json={**body, "dialogue_voice": "default"}).json()
     assert job["dialogue_voice"] == "default"
     assert _done(client, job["id"])["status"] == "done"
+
+
+@pytest.mark.parametrize("loudness", [-41, -4.5, True, "loud"])
+def test_a_loudness_outside_the_documented_range_is_refused(client, loudness):
+    body = {"input": "Hi.", "loudness": loudness, **SHORT}
+    refused = client.post("/v1/audio/books", json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "loudness"
+    assert "from -40 to -5, or off" in refused.json()["error"]["message"]
