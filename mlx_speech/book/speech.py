@@ -79,6 +79,9 @@ class BookSpeech:
         for take in {sentence.take for sentence in self.sentences} - {0}:
             openers[take] = tts.opener(tts.resolve(_retaken(request, take)))
         self._open = lambda sentence: openers[sentence.take](sentence.text)
+        # each chapter's gain, by store and target: measured once for the book
+        # and its chapter files alike, again after the store changes (speak)
+        self._gains: dict[tuple[Path, float], dict[int, float]] = {}
 
     def kept(self, store: SpokenStore) -> int:
         """How many of the sentences the store has already."""
@@ -94,6 +97,7 @@ class BookSpeech:
     ) -> None:
         """Speak what the store lacks (``speaker.speak_missing``); setting
         ``stop`` ends it with ``BookCancelled``."""
+        self._gains.clear()
         speak_missing(
             self._open,
             self.sentences,
@@ -140,11 +144,15 @@ class BookSpeech:
         under -1 dBTP (``audio.loudness``); none where ``loudness`` is None."""
         if loudness is None:
             return {}
+        known = self._gains.get((store.folder, loudness))
+        if known is not None:
+            return known
         gains = {}
         for index, sentences in self._by_chapter.items():
             if any(sentence_lengths(store, sentences)):
                 chunks = book_chunks(store, sentences)
                 gains[index] = gain_to(measured(chunks, self.rate, self.channels), loudness)
+        self._gains[store.folder, loudness] = gains
         return gains
 
     def write_chapters(
