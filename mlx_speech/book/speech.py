@@ -324,7 +324,7 @@ def speak_book(
     dialogue_voice: str | None = None,
     **options: Any,
 ) -> SpokenBook:
-    """A book (a ``.txt``, ``.md`` or ``.epub`` file, or a ``Book``) spoken
+    """A book (a ``.txt``, ``.md``, ``.epub`` or ``.pdf`` file, or a ``Book``) spoken
     by ``tts`` chapter by chapter, ``in_flight`` sentences at once;
     ``.write(path)`` makes an audiobook of it. ``store``: a folder that keeps
     each sentence as it is spoken, so that a call stopped at any point

@@ -66,22 +66,31 @@ def _kept(folder) -> int:
     return len(list(folder.glob("*.flac"))) if folder.is_dir() else 0
 
 
+def _long_book_once_kept(args: list[str], kept, sentences: int) -> subprocess.Popen:
+    """``mlx-speech`` with ``args`` started, once its store ``kept`` holds
+    ``sentences`` sentences."""
+    started = subprocess.Popen(
+        [MLX_SPEECH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while _kept(kept) < sentences:
+        assert started.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    return started
+
+
 def test_a_killed_book_finishes_when_run_again(speaking_dir, speaking_tts, tmp_path):
     book = _book(tmp_path / "long.md", sentences_per_chapter=12)
     out = tmp_path / "long.flac"
-    args = [MLX_SPEECH, "book", str(book), "-o", str(out), "--model", str(speaking_dir)]
+    args = ["book", str(book), "-o", str(out), "--model", str(speaking_dir)]
     args += ["--max-new-tokens", "6", "--seed", "5", "--loudness", "off"]
-    started = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     kept = tmp_path / "long.flac.spoken"
-    deadline = time.monotonic() + 120
-    while _kept(kept) < 5:
-        assert started.poll() is None and time.monotonic() < deadline
-        time.sleep(0.01)
+    started = _long_book_once_kept(args, kept, 5)
     started.send_signal(signal.SIGKILL)
     started.wait()
     before = {path: path.read_bytes() for path in kept.glob("*.flac")}
     assert not out.exists() and 5 <= len(before) < 39  # three headings, 36 sentences
-    again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    again = run(*args)
     assert again.returncode == 0, again.stderr
     assert f"resuming: {len(before)} of 39 sentences were spoken before" in again.stderr
     assert f"{39 - len(before)} of 39 sentences spoken now" in again.stdout
@@ -197,18 +206,9 @@ def test_chapters_past_the_book_are_refused_before_the_model_loads(tmp_path):
 def test_ctrl_c_says_in_one_line_what_is_kept_and_what_to_do(speaking_dir, tmp_path):
     book = _book(tmp_path / "long.md", sentences_per_chapter=12)
     out = tmp_path / "long.flac"
-    args = [MLX_SPEECH, "book", str(book), "-o", str(out), "--model", str(speaking_dir)]
-    started = subprocess.Popen(
-        [*args, "--max-new-tokens", "6", "--seed", "5"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    kept = tmp_path / "long.flac.spoken"
-    deadline = time.monotonic() + 120
-    while _kept(kept) < 3:
-        assert started.poll() is None and time.monotonic() < deadline
-        time.sleep(0.01)
+    args = ["book", str(book), "-o", str(out), "--model", str(speaking_dir)]
+    args += ["--max-new-tokens", "6", "--seed", "5"]
+    started = _long_book_once_kept(args, tmp_path / "long.flac.spoken", 3)
     started.send_signal(signal.SIGINT)
     _, err = started.communicate(timeout=60)
     assert started.returncode == 130
