@@ -296,3 +296,25 @@ def test_an_incomplete_package_document_is_said_in_words(parts):
         "'broken.epub' could not be read as an EPUB: its package document (.opf) is "
         "incomplete: an EPUB needs its metadata, manifest and spine"
     )
+
+
+@pytest.mark.parametrize(
+    ("toc", "why"),
+    [
+        (
+            [("One", "a.xhtml"), ("Lost", "missing.xhtml")],
+            "1 of its entries point at nothing",
+        ),
+        ([("One", "a.xhtml"), ("Again", "a.xhtml")], "2 of its entries point at one place"),
+    ],
+)
+def test_a_broken_table_of_contents_falls_back_to_the_reading_order(toc, why):
+    documents = {
+        "a.xhtml": page("<h1>First</h1><p>Alpha words.</p>"),
+        "b.xhtml": page("<h1>Second</h1><p>Beta words.</p>"),
+    }
+    book = book_of(raw_epub(documents, list(documents), toc), "broken-toc.epub")
+    assert [chapter.title for chapter in book.chapters] == ["First", "Second"]
+    assert book.left_out[0] == (
+        f"the table of contents: it is broken ({why}); chapters follow the reading order"
+    )

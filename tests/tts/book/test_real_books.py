@@ -138,3 +138,15 @@ def test_page_numbers_are_left_out_but_a_chapters_roman_number_is_not():
     kept, left_out = _without_running_lines(pages)
     assert kept == [["I", "Words one."], ["II", "Words two."], ["Three."]]
     assert left_out == ["3 page numbers"]
+
+
+def test_a_pdf_paragraph_goes_on_across_a_page_that_ends_mid_sentence():
+    from mlx_speech.book.pdf import _joined_across_pages, _paragraphs
+
+    page_one = _paragraphs(["A whole sentence ends here.", "The next one runs on"])
+    page_two = _paragraphs(["to the next page, ending there.", "Short."])
+    (section,) = _joined_across_pages([("Title", page_one + page_two)])
+    assert section[1] == [
+        "A whole sentence ends here. The next one runs on to the next page, ending "
+        "there. Short."
+    ]
