@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 import mlx.core as mx
@@ -212,15 +213,26 @@ def test_help_lists_every_flag(command):
 
 @contextlib.contextmanager
 def _speaking(url: str):
-    """A long stream under way (its first audio read) for the block's life."""
-    with httpx.stream(
-        "POST",
-        f"{url}/v1/audio/speech",
-        timeout=30,
-        json={"input": "Hello.", "max_new_tokens": 4000},
-    ) as response:
-        assert response.status_code == 200
-        next(response.iter_raw())
+    """A long stream under way (its answer begun) for the block's life. Its
+    client reads no more, through a 4 KB receive buffer: the tiny model
+    makes the 80 s of audio in about 2 s, which the kernel's buffers would
+    otherwise take whole, ending the request before a signal's handler ran
+    on a busy machine."""
+    address = urlparse(url)
+    body = json.dumps(
+        {"input": "Hello.", "max_new_tokens": 4000, "response_format": "pcm"}
+        | {"sample_rate": 48000}  # 7.7 MB, more than the server's send buffer
+    ).encode()
+    head = (
+        "POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.settimeout(30)
+        client.connect((address.hostname, address.port))
+        client.sendall(head.encode() + body)
+        assert client.recv(12) == b"HTTP/1.1 200"
         yield
 
 
