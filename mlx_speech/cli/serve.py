@@ -250,7 +250,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
 def run(args: argparse.Namespace) -> None:
     import mlx_speech
 
-    from ..server import check_ports, serve_http, serve_without_http
+    from ..server import check_ports, serve
 
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     settings = server_settings(args)
@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> None:
         log.info(FIRST_COMPILE_NOTICE)
     if not settings.http:
         log.info("loading %s in the background", settings.model)
-        serve_without_http(settings, mlx_speech.load)
+        serve(settings, mlx_speech.load)
         return
     address = f"http://{settings.host}:{settings.port}"
     log.info(
@@ -276,4 +276,10 @@ def run(args: argparse.Namespace) -> None:
     # only at debug.
     debug = args.log_level == "debug"
     uvicorn_level = args.log_level if debug or args.log_level == "error" else "warning"
-    serve_http(settings, mlx_speech.load, log_level=uvicorn_level, access_log=debug)
+    serve(
+        settings,
+        mlx_speech.load,
+        log_config=None,
+        log_level=uvicorn_level,
+        access_log=debug,
+    )

@@ -20,13 +20,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
-from uvicorn import Config
 
 from ..errors import InvalidRequest, shown
 from ..serving.admission import admit, refuse_when_stopping
-from ..serving.lifetime import Listener, serving
 from ..serving.refusal import Refusal
-from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
+from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
 from ..serving.slot import ModelSlot
 from ..serving.state import ServerState
 from ..settings import ServerSettings
@@ -47,13 +45,11 @@ from .books import (
     get_book,
     list_books,
 )
-from .connections import guarded_protocol
 from .counted_responses import CountedResponses
 from .errors import ApiError
 from .local_only import LocalOnly
 from .openapi import openapi_document
 from .page import page, page_asset
-from .protocol_errors import JsonErrorsWebSocketProtocol
 from .speech_request import (
     HttpSpeech,
     RequestRules,
@@ -64,7 +60,7 @@ from .speech_request import (
 from .speech_socket import SpeechSocket, refuse
 from .voice_listing import created_voice, removed_voice, voices_listing
 
-__all__ = ["create_http_app", "uvicorn_config"]
+__all__ = ["create_http_app"]
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -363,9 +359,9 @@ ROUTES = [
 ]
 
 
-def create_http_app(state: ServerState, listeners: list[Listener]) -> Starlette:
-    """The app serving ``state``; its lifespan is the server's life
-    (``serving``), with ``listeners`` (other protocols) started beside it."""
+def create_http_app(state: ServerState) -> Starlette:
+    """The app serving ``state``; the server's life (``serving.lifetime``)
+    runs it, so it has no lifespan of its own."""
     settings = state.settings
     middleware = [
         Middleware(CountedResponses, metrics=state.metrics),
@@ -402,28 +398,9 @@ def create_http_app(state: ServerState, listeners: list[Listener]) -> Starlette:
             HTTPException: _http_error,
             Exception: _internal_error,
         },
-        lifespan=lambda app: serving(state, listeners),
     )
     app.state = state  # typed: ``request.app.state`` is the ServerState
-    state.listeners["http"] = "serving"
     return app
-
-
-def uvicorn_config(app: Starlette, settings: ServerSettings, **options: Any) -> Config:
-    """uvicorn's settings for ``app``, with the connection limits of ``settings``."""
-    return Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        http=guarded_protocol(settings.header_timeout, settings.max_connections),
-        ws=JsonErrorsWebSocketProtocol,
-        timeout_keep_alive=settings.keep_alive_timeout,
-        ws_max_size=settings.max_body_bytes,
-        # Streams end themselves at the deadline (``serving.shutdown``); uvicorn
-        # cancels only what is still running a moment later.
-        timeout_graceful_shutdown=settings.shutdown_timeout + END_EARLY_SECONDS + 1,
-        **options,
-    )
 
 
 async def _api_error(request: Request, error: ApiError) -> Response:

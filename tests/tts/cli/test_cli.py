@@ -271,15 +271,19 @@ def test_ctrl_c_says_what_it_waits_for_and_a_second_stops_at_once(speaking_dir):
             while "stopping" not in line:
                 line = said.get(timeout=30)
             assert line.rstrip().endswith(
-                "stopping: what is being spoken (1 request(s), 0 WebSocket session(s)) "
-                "may finish for up to 600 s (--shutdown-timeout); press Ctrl-C again "
-                "to stop now"
+                "stopping: what is being spoken (1 request(s), 0 WebSocket or Wyoming "
+                "session(s)) may finish for up to 600 s (--shutdown-timeout); press "
+                "Ctrl-C again to stop now"
             )
             server.send_signal(signal.SIGINT)
             assert server.wait(timeout=30) == 0  # not the 600 s grace
     finally:
         if server.poll() is None:
             server.kill()
+    time.sleep(0.2)  # the reader's last lines
+    rest = "".join(said.get() for _ in range(said.qsize()))
+    assert "stopping now" in rest
+    assert "Traceback" not in rest and "CancelledError" not in rest, rest
 
 
 def test_on_sigterm_running_streams_finish_or_end_cleanly(speaking_dir):

@@ -148,7 +148,7 @@ def test_the_server_loads_its_model_quantized_when_asked(quantizable_dir, tmp_pa
 
     settings = ServerSettings(model=str(quantizable_dir), voices_dir=tmp_path, quantize=8)
     with RunningServer(settings, load=load) as server:
-        tts = server.server.config.app.state.slot.tts
+        tts = server.app.state.slot.tts
         assert asked["quantize"] == 8
         assert all(
             isinstance(m, nn.QuantizedLinear) for m in _block_linears(tts._service._model)

@@ -1,17 +1,20 @@
-"""A real uvicorn server on 127.0.0.1, run in a thread for the tests."""
+"""A real server on 127.0.0.1 (its life, with HTTP as uvicorn serves it,
+and the other listeners its settings name), run in a thread for the tests."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
 
 import httpx
-import uvicorn
 
 import mlx_speech
-from mlx_speech.http.app import uvicorn_config
-from mlx_speech.server import ServerSettings, create_app
+from mlx_speech.http.listener import HttpListener
+from mlx_speech.server import ServerSettings, listeners
+from mlx_speech.serving.lifetime import ServerLife
+from mlx_speech.serving.state import server_state
 
 
 class RunningServer:
@@ -31,18 +34,22 @@ class RunningServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.app = create_app(settings, load)
-        config = uvicorn_config(self.app, settings, log_level="warning", lifespan="on")
+        self.http = HttpListener(sockets=[self.sock], log_level="warning")
+        others = listeners(dataclasses.replace(settings, http=False))
+        self.state = server_state(settings, load)
+        self.life = ServerLife(self.state, [self.http, *others])
         self._wait_until_healthy = wait_until_healthy
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
+        self.thread = threading.Thread(target=self.life.run, daemon=True)
+
+    @property
+    def app(self):
+        return self.http.app
 
     def __enter__(self):
         self.thread.start()
         deadline = time.monotonic() + 60
-        while not self.server.started:
+        while not self.life.listening:
+            assert self.thread.is_alive(), "server did not start"
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.02)
         if self._wait_until_healthy:
@@ -60,7 +67,7 @@ class RunningServer:
             time.sleep(0.05)
 
     def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
+        self.life.stop()
         self.thread.join(timeout=15)
         self.sock.close()
 

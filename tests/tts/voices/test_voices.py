@@ -228,7 +228,7 @@ def voice_server(speaking_dir, tmp_path):
 
 
 def test_the_server_and_its_model_share_the_voices_dir(voice_server):
-    app = voice_server.server.config.app
+    app = voice_server.app
     assert app.state.slot.tts.voice_store is app.state.store
     assert app.state.store.directory == voice_server.settings.voices_dir
 
