@@ -1,50 +1,33 @@
-"""``TTS``: a loaded model, speaking from any thread through the shared worker."""
+"""``TTS``: a loaded model, speaking from any thread through the shared
+worker. The public face: what a request means is resolved, read and opened
+in ``speech/``."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable, Iterable
-from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .audio.samples import Audio
-from .audio.time_stretch import StretchedStream, check_speed
-from .engine import ChunkStream, Engine
-from .errors import InvalidRequest
-from .families import SpeechInput, SpeechService
+from .engine import Engine
+from .families import SpeechService
 from .families.fields import check_text
 from .families.languages import language_codes
-from .request import SpeechRequest, TextTooLong
+from .request import SpeechRequest
+from .speech.limits import TextLimit
+from .speech.opening import Opener
+from .speech.reading import Reading
+from .speech.resolution import Resolved, Voices, resolve
+from .speech.streams import SpeechStream
+from .speech.text_speaking import check_tagged_voices, segment_speaker
 from .text.lexicon import Lexicon
 from .text.normalization import TextNormalizer
-from .text.pauses import Pause, PausedStream, check_pauses, pause_seconds
-from .text.script import Spoken, Voicing, script_of, voice_after
 from .text.segments import TextSegmenter
 from .text.stream import AsyncTextStream, TextFeed, TextStream
-from .voices.clip_rules import check_ref_text
-from .voices.resolve import UnknownTaggedVoice, UnknownVoiceName, resolve_voice
 from .voices.store import VoiceStore
 
-SpeechStream = ChunkStream | StretchedStream | PausedStream
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A ``SpeechRequest`` resolved once (``TTS.resolve``)."""
-
-    asked: SpeechRequest
-    voice: Any  # as the family takes it
-    speed: float
-    normalize: bool
-
-
-@dataclass(frozen=True)
-class _ReadPart:
-    read: str  # as the model reads it
-    ref_text: str | None
-    voicing: Voicing
+__all__ = ["TTS", "Resolved", "SpeechStream"]
 
 
 class TTS:
@@ -60,46 +43,37 @@ class TTS:
     ):
         self._service = service
         self.device = device  # MLX's: "cpu" or "gpu"
-        self._engine = engine
-        self.voice_store = voice_store
-        self.voice_aliases = dict(voice_aliases or {})  # name (lower case) → voice
         self.normalize = normalize  # the default of a request's ``normalize``
-        self.normalizer = normalizer or TextNormalizer()
-        # The longest text the model is given, counted as it reads it (after
-        # normalization, which can make text several times longer); None: any.
-        self.max_text_chars: int | None = None
-        # Words said otherwise, applied before normalization (``lexicon``).
-        self.lexicon: Lexicon | None = None
+        self._limit = TextLimit()
+        self._reading = Reading(normalizer or TextNormalizer(), self._limit)
+        self._voices = Voices(service, voice_store, dict(voice_aliases or {}))
+        self._opener = Opener(service, engine, self._reading, self._voices)
         self.backend_reason = ""  # why ``backend`` runs, in a few words (``load``)
         self.model = ""  # the checkpoint's folder (``load``)
 
-    @property
-    def family(self) -> str:
-        return self._service.name
+    # What the model is, and how it reads.
 
-    @property
-    def backend(self) -> str:
-        """What runs the model: "mlx", or "host" (the host engine beside MLX)."""
-        return self._service.backend
-
-    @property
-    def sample_rate(self) -> int:
-        return self._service.sample_rate
-
-    @property
-    def channels(self) -> int:
-        """The model's own channel count (``channels=`` may ask for it; 1 is
-        the default)."""
-        return self._service.channels
-
-    @property
-    def streaming(self) -> str:
-        """ "incremental" (chunks as frames are generated) or "buffered"."""
-        return self._service.streaming
-
-    @property
-    def voices(self) -> list[str]:
-        return list(self._service.voices)
+    family = property(lambda self: self._service.name)
+    backend = property(
+        lambda self: self._service.backend,
+        doc='What runs the model: "mlx", or "host" (the host engine beside MLX).',
+    )
+    sample_rate = property(lambda self: self._service.sample_rate)
+    channels = property(
+        lambda self: self._service.channels,
+        doc="The model's own channel count (``channels=`` may ask for it; 1 is "
+        "the default).",
+    )
+    streaming = property(
+        lambda self: self._service.streaming,
+        doc='"incremental" (chunks as frames are generated) or "buffered".',
+    )
+    voices = property(lambda self: list(self._service.voices))
+    voice_store = property(lambda self: self._voices.store)
+    voice_aliases = property(
+        lambda self: self._voices.aliases, doc="name (lower case) → voice"
+    )
+    normalizer = property(lambda self: self._reading.normalizer)
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -107,120 +81,59 @@ class TTS:
         takes any language, those of ``families.languages``' table)."""
         return language_codes(getattr(self._service, "languages", None))
 
+    @property
+    def max_text_chars(self) -> int | None:
+        """The longest text the model is given, counted as it reads it (after
+        normalization, which can make text several times longer); None: any."""
+        return self._limit.most
+
+    @max_text_chars.setter
+    def max_text_chars(self, most: int | None) -> None:
+        self._limit.most = most
+
+    @property
+    def lexicon(self) -> Lexicon | None:
+        """Words said otherwise, applied before normalization."""
+        return self._reading.lexicon
+
+    @lexicon.setter
+    def lexicon(self, lexicon: Lexicon | None) -> None:
+        self._reading.lexicon = lexicon
+
     def stats(self) -> dict[str, float]:
         """The family's counters (e.g. reference cache hits) and the text
         normalizer's (texts, seconds spent, words it could not read)."""
         return {**self._service.stats(), **self.normalizer.stats()}
 
+    def normalized(self, text: str, language: str | None = None) -> str:
+        """``text`` as the model is given it when normalization is on (the
+        lexicon's words said otherwise, then read out)."""
+        return self._reading.normalized(text, language)
+
+    # Checking a request.
+
     def resolve_voice(self, voice: Any) -> Any:
         """``voice`` by the one policy (``voices.resolve``), file paths allowed."""
-        return self._voice(voice, paths=True)
-
-    def _voice(self, voice: Any, *, paths: bool, hint: str | None = None) -> Any:
-        """The one place a voice is resolved, for every surface."""
-        return resolve_voice(
-            voice,
-            presets=self._service.voices,
-            find_saved=self.voice_store.find,
-            hint=hint or self._service.voice_hint,
-            paths=paths,
-            aliases=self.voice_aliases,
-        )
+        return self._voices.resolve(voice, paths=True)
 
     def resolve(self, request: SpeechRequest) -> Resolved:
         """``request`` resolved, once: its voice found, its pace, its
         normalization and its text's length checked (``ValueError``)."""
-        speed = check_speed(request.speed)
-        normalize = self._normalizes(request.normalize)
-        # a text that is no string is check_text's to refuse, as it is read
-        written = request.text if isinstance(request.text, str) else ""
-        self._check_length(written, len(written))
-        voice = self._voice(
-            request.voice, paths=request.voice_paths, hint=request.voice_hint
-        )
-        return Resolved(request, voice, speed, normalize)
+        return resolve(request, self._voices, self._limit, self.normalize)
 
     def prepare(self, text: str, voice: Any = None, **options: Any) -> Any:
         """Validate a request (``ValueError``) without running it; returns the
-        family's request, which ``stream`` then runs. Takes the keywords of
-        ``stream``. ``normalize`` (default: the TTS's) reads numbers, symbols
-        and dates out and cleans the text (``mlx_speech.text.normalization``)
-        before the model sees it. ``channels`` 2 asks for a stereo model's own
-        channels (``channels``) instead of their mono mix; chunks are then
-        ``[samples, 2]``."""
+        family's request. Takes the keywords of ``stream``. ``normalize``
+        (default: the TTS's) reads numbers, symbols and dates out and cleans
+        the text (``mlx_speech.text.normalization``) before the model sees it.
+        ``channels`` 2 asks for a stereo model's own channels (``channels``)
+        instead of their mono mix; chunks are then ``[samples, 2]``."""
         resolved = self.resolve(SpeechRequest.of(text, voice, **options))
-        return self._prepared_whole(resolved)
-
-    def _prepared_whole(self, resolved: Resolved) -> Any:
-        """The family's request for ``resolved``'s whole text, read out."""
         asked = resolved.asked
-        text, ref_text = self._as_read(
+        read, ref_text = self._reading.as_read(
             asked.text, asked.ref_text, asked.language, resolved.normalize
         )
-        return self._prepared(resolved, text, ref_text, resolved.voice, asked.language)
-
-    def _prepared(
-        self, resolved: Resolved, read: str, ref_text: Any, voice: Any, language: Any
-    ) -> Any:
-        """The family's request for text already read out (``read``)."""
-        asked = resolved.asked
-        return self._service.prepare(
-            SpeechInput(
-                read,
-                voice,
-                ref_text,
-                asked.instructions,
-                language,
-                dict(asked.sampling),
-                asked.channels,
-            )
-        )
-
-    def _as_read(
-        self, text: str, ref_text: str | None, language: Any, normalize: bool
-    ) -> tuple[str, str | None]:
-        """``text`` and ``ref_text`` as the model reads them; ``text`` within
-        ``max_text_chars``."""
-        written = len(text) if isinstance(text, str) else 0
-        if isinstance(text, str) and self.lexicon is not None:
-            text = self._said_by_lexicon(text, written)
-        if not normalize:
-            if isinstance(text, str):
-                self._check_length(text, written)
-            return text, ref_text
-        check_text(text)
-        check_ref_text(ref_text)
-        read = self.normalizer.normalize(text, language, most=self.max_text_chars)
-        self._check_length(read, written)
-        if ref_text is not None and ref_text.strip():
-            ref_text = self.normalizer.normalize(ref_text, language)
-        return read, ref_text
-
-    def _said_by_lexicon(self, text: str, written: int) -> str:
-        limit = self.max_text_chars
-        said = self.lexicon.apply(text, most=limit)
-        if limit is not None and len(said) > limit:  # cut short as it passed
-            raise TextTooLong(
-                f"the text is {written} characters and more than {limit} once the "
-                f"lexicon's words are said; the limit is {limit}: send it in parts",
-            )
-        return said
-
-    def _check_length(self, text: str, written: int) -> None:
-        limit = self.max_text_chars
-        if limit is None or len(text) <= limit:
-            return
-        if len(text) == written:
-            message = (
-                f"the text is {written} characters; the limit is {limit}: send it in parts"
-            )
-        else:
-            message = (
-                f"the text is {written} characters and more than {limit} once numbers "
-                f"and symbols are read out; the limit is {limit}: send it in parts, or "
-                "with normalization off"
-            )
-        raise TextTooLong(message)
+        return self._opener.prepare(resolved, read, ref_text)
 
     def check(self, text: str, voice: Any = None, **options: Any) -> tuple[str, ...]:
         """Validate what ``stream`` takes (``ValueError``) without running it;
@@ -229,31 +142,18 @@ class TTS:
 
     def check_request(self, request: SpeechRequest) -> tuple[str, ...]:
         """``check`` for a ``SpeechRequest``: its text is checked, not read out."""
-        resolved = self.resolve(request)
-        return self.check_resolved(resolved, request.text)
+        check_text(request.text)
+        return self.check_options(request)
 
-    def check_resolved(self, resolved: Resolved, text: str) -> tuple[str, ...]:
-        """``check_request`` for a request resolved already, with ``text``."""
-        asked = resolved.asked
-        request = self._prepared(
-            resolved, text, asked.ref_text, resolved.voice, asked.language
-        )
-        return request.ignored
+    def check_options(self, request: SpeechRequest) -> tuple[str, ...]:
+        """``check_request`` of all but the text, whose pieces are to come."""
+        return self.check_resolved(self.resolve(request))
 
-    def normalized(self, text: str, language: str | None = None) -> str:
-        """``text`` as the model is given it when normalization is on (the
-        lexicon's words said otherwise, then read out)."""
-        check_text(text)
-        if self.lexicon is not None:
-            text = self.lexicon.apply(text)
-        return self.normalizer.normalize(text, language)
+    def check_resolved(self, resolved: Resolved) -> tuple[str, ...]:
+        """The family's checks of a resolved request but its text."""
+        return self._opener.check(resolved)
 
-    def _normalizes(self, normalize: Any) -> bool:
-        if normalize is None:
-            return self.normalize
-        if not isinstance(normalize, bool):
-            raise InvalidRequest("normalize", "normalize must be true or false")
-        return normalize
+    # Speaking.
 
     def stream(self, text: str, voice: Any = None, **options: Any) -> SpeechStream:
         """Audio chunks as they are produced; the first is a single codec frame.
@@ -268,106 +168,12 @@ class TTS:
 
     def open(self, request: SpeechRequest) -> SpeechStream:
         """``stream`` for a ``SpeechRequest``."""
-        return self._open_resolved(self.resolve(request))
+        return self._opener.open(self.resolve(request))
 
     def opener(self, resolved: Resolved) -> Callable[[str], SpeechStream]:
         """``open`` for many texts in a resolved request's voice and options
         (a clip decoded once); each text is checked as it opens."""
-        resolved = self._reusable(resolved)
-
-        def open_text(text: str) -> SpeechStream:
-            asked = replace(resolved.asked, text=text)
-            return self._open_resolved(replace(resolved, asked=asked))
-
-        return open_text
-
-    def _open_resolved(self, resolved: Resolved) -> SpeechStream:
-        request = resolved.asked
-        script = script_of(request.text) if isinstance(request.text, str) else None
-        if script is None:
-            return self._opened(self._prepared_whole(resolved), resolved.speed)
-        if not script.parts:  # as an empty text is refused
-            raise InvalidRequest("text", "the text says nothing: it has only voice tags")
-        reusable = self._reusable(resolved)
-        read_parts, _ = self._read_parts(script.parts, reusable)
-        return self._paused(read_parts, reusable, tuple(script.ignored))
-
-    def _reusable(self, resolved: Resolved) -> Resolved:
-        """``resolved`` with its voice in the form the family takes again
-        cheaply, for its parts or segments (a clip decoded once)."""
-        return replace(resolved, voice=self._service.reusable_voice(resolved.voice))
-
-    def _opened(self, request: Any, speed: float) -> ChunkStream | StretchedStream:
-        stream = self._engine.stream(lambda: self._service.synthesize(request))
-        stream.ignored = request.ignored
-        if speed == 1.0:
-            return stream
-        return StretchedStream(stream, speed, self.sample_rate)
-
-    def _read_parts(
-        self, parts: list[Spoken | Pause], resolved: Resolved
-    ) -> tuple[list[_ReadPart | Pause], int]:
-        """Each part as the model reads it (with its ``ref_text``), and how
-        many characters they are together, within ``max_text_chars``."""
-        asked = resolved.asked
-        read_parts: list[_ReadPart | Pause] = []
-        total = 0
-        for part in parts:
-            if isinstance(part, Pause):
-                read_parts.append(part)
-                continue
-            language = part.voicing.language or asked.language
-            read, ref_text = self._as_read(
-                part.text, asked.ref_text, language, resolved.normalize
-            )
-            total += len(read)
-            read_parts.append(_ReadPart(read, ref_text, part.voicing))
-        if self.max_text_chars is not None and total > self.max_text_chars:
-            raise TextTooLong(
-                f"the text is more than {self.max_text_chars} characters as it is read "
-                "out; send it in parts",
-            )
-        return read_parts, total
-
-    def _paused(
-        self, read_parts: list, resolved: Resolved, marked: tuple[str, ...] = ()
-    ) -> PausedStream:
-        """The parts' audio with the pauses' silence between, each part in its
-        own voice, pace and language (all checked now; each part's generation
-        starts once the one before ends); ``marked``: SSML not read, named in
-        ``ignored`` with the fields the model did not use."""
-        asked = resolved.asked
-        items: list = []
-        ignored: tuple[str, ...] = ()
-        for part in read_parts:
-            if isinstance(part, Pause):
-                items.append(part)
-                continue
-            voicing = part.voicing
-            language = voicing.language or asked.language
-            own_voice = (
-                resolved.voice
-                if voicing.voice is None
-                else self._voice_named(voicing.voice)
-            )
-            request = self._prepared(
-                resolved, part.read, part.ref_text, own_voice, language
-            )
-            ignored = request.ignored
-            pace = check_speed(resolved.speed * voicing.pace)
-            items.append(partial(self._opened, request, pace))
-        channels = asked.channels or 1
-        return PausedStream(items, self.sample_rate, channels, (*ignored, *marked))
-
-    def _voice_named(self, name: str) -> Any:
-        """An SSML ``<voice name=>``: a voice's name (never a file). Unknown,
-        it is a fault of the text, not an ``UnknownVoiceName`` (the request's
-        own voice, which HTTP answers with 404)."""
-        try:
-            voice = self._voice(name, paths=False)
-        except UnknownVoiceName as error:
-            raise UnknownTaggedVoice(error.param, str(error)) from None
-        return self._service.reusable_voice(voice)
+        return self._opener.opener(resolved)
 
     def speak(self, text: str, voice: Any = None, **options: Any) -> Audio:
         """The whole utterance at once; takes the keywords of ``stream``."""
@@ -400,18 +206,10 @@ class TTS:
         (a Wyoming ``synthesize``), is checked against the length limit now."""
         segmenter, speak, ignored = self._text_speaker(request, split)
         if request.text:
-            self._check_text_voices(request.text)
+            check_tagged_voices(request.text, self._voices)
         stream = TextStream(deltas, segmenter, speak, self.sample_rate)
         stream.ignored = ignored
         return stream
-
-    def _check_text_voices(self, text: str) -> None:
-        """Every voice ``text``'s tags or SSML name, found before any of it is
-        spoken (``UnknownTaggedVoice``)."""
-        script = script_of(text)
-        for part in script.parts if script is not None else []:
-            if isinstance(part, Spoken) and part.voicing.voice is not None:
-                self._voice_named(part.voicing.voice)
 
     def astream_text(
         self,
@@ -435,33 +233,6 @@ class TTS:
         call, not a segment."""
         segmenter = TextSegmenter(split)
         # a clip is decoded once for every segment (it cost each a decode)
-        resolved = self._reusable(self.resolve(request))
-        ignored = self.check_resolved(resolved, "Checking the options.")
-        limit, read_out, paused = self.max_text_chars, 0, 0.0
-        tagged_voice = None  # a voice tag's voice holds until the next tag
-
-        def speak(text: str) -> SpeechStream:
-            # the limits hold for the whole stream, as for one request
-            nonlocal read_out, paused, tagged_voice
-            script = script_of(text, tagged_voice)
-            tagged_voice = voice_after(text, tagged_voice)
-            parts = script.parts if script is not None else [Spoken(text, Voicing())]
-            paused += pause_seconds(parts)
-            check_pauses(paused)
-            read_parts, read = self._read_parts(parts, resolved)
-            read_out += read
-            if limit is not None and read_out > limit:
-                raise TextTooLong(
-                    f"this text passed {limit} characters as it is read out; "
-                    "the rest is not spoken",
-                )
-            if script is not None:
-                return self._paused(read_parts, resolved, script.ignored)
-            (part,) = read_parts
-            language = resolved.asked.language
-            family_request = self._prepared(
-                resolved, part.read, part.ref_text, resolved.voice, language
-            )
-            return self._opened(family_request, resolved.speed)
-
-        return segmenter, speak, ignored
+        resolved = self._opener.reusable(self.resolve(request))
+        ignored = self.check_resolved(resolved)
+        return segmenter, segment_speaker(self._opener, self._limit, resolved), ignored

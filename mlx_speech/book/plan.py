@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ..speech.resolution import Resolved
 from ..text.lexicon import Lexicon
 from ..text.script import is_ssml, script_of, shown_text, voice_after
 from ..text.segments import TextSegmenter
-from ..tts import Resolved
 from .dialogue import with_dialogue
 from .source import Book
 

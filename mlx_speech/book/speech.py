@@ -72,7 +72,7 @@ class BookSpeech:
         said = next((s.shown for s in self.sentences if s.shown), None)
         if said is None:
             raise BookError("the book says nothing: it has only tags")
-        tts.check_resolved(resolved, said)
+        tts.check_resolved(resolved)
         for name in _tagged_voices(self.sentences) | {dialogue_voice} - {None}:
             tts.resolve(replace(request, voice=name, voice_paths=False))
         openers = {0: tts.opener(resolved)}

@@ -64,6 +64,11 @@ class SpeechService:
         fields that were accepted but have no effect in this family."""
         raise NotImplementedError
 
+    def check(self, asked: SpeechInput) -> tuple[str, ...]:
+        """``prepare``'s checks of everything but the text (``asked.text`` is
+        None), with nothing read or spoken: the fields the model ignores."""
+        raise NotImplementedError
+
     def synthesize(self, request: Any) -> Iterator[Audio | Pending | None]:
         """Worker thread: one step per frame, yielding a chunk, ``None``, or
         ``Pending(batch, chunk)`` after submitting the frame to a step shared

@@ -42,9 +42,10 @@ def check_channels(channels: Any, native: int, family: str) -> int:
 class SpeechInput:
     """One request as a family's ``prepare`` receives it: text, instructions
     and ref_text checked here, the voice resolved (``voices.resolve_voice``);
-    ``language`` and the sampling keywords are the family's to check."""
+    ``language`` and the sampling keywords are the family's to check. Its
+    ``text`` is None where only the rest is checked (``SpeechService.check``)."""
 
-    text: str
+    text: str | None
     voice: Any = None
     ref_text: str | None = None
     instructions: str | None = None
@@ -53,6 +54,7 @@ class SpeechInput:
     channels: Any = None  # the family checks it (``check_channels``)
 
     def __post_init__(self) -> None:
-        check_text(self.text)
+        if self.text is not None:
+            check_text(self.text)
         check_instructions(self.instructions)
         check_ref_text(self.ref_text)

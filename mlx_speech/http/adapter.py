@@ -26,13 +26,11 @@ from ..audio.events import Seam, events_of
 from ..audio.formats import FORMATS, encode_whole
 from ..audio.resample import StreamingResampler
 from ..audio.samples import Audio
-from ..engine import ChunkStream
 from ..serving.metrics import Metrics
 from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
+from ..speech.streams import SpeechStream
 from ..text.captions import Caption, Timeline
-from ..text.pauses import PausedStream
 from ..text.segment_marks import SegmentEnded, SegmentStarted
-from ..text.stream import TextStream
 from .captioned import CaptionedLines, caption_event, error_line
 from .errors import ApiError
 
@@ -61,7 +59,7 @@ class Delivery:
 
 
 class AudioResponse:
-    def __init__(self, chunks: ChunkStream | TextStream | PausedStream, delivery: Delivery):
+    def __init__(self, chunks: SpeechStream, delivery: Delivery):
         self._chunks = chunks
         # a text stream's events (its chunks, and where each segment ends)
         # or a paused text's (its chunks, and the seams between its parts)

@@ -28,8 +28,8 @@ from ..serving.shutdown import SHUTDOWN_POLL_SECONDS, STOPPING
 from ..serving.slot import ModelSlot
 from ..serving.state import ServerState
 from ..settings import ServerSettings
-from ..text.stream import TextStream
-from ..tts import TTS, SpeechStream
+from ..speech.streams import SpeechStream
+from ..tts import TTS
 from ..voices.store import UnknownVoice
 from .adapter import AudioResponse, Delivery
 from .auth import ApiKeyGuard
@@ -189,7 +189,7 @@ async def _stop_items_when_abandoned(request: Request, scope: anyio.CancelScope)
     scope.cancel()
 
 
-def _open_stream(tts: TTS, parsed: HttpSpeech) -> SpeechStream | TextStream:
+def _open_stream(tts: TTS, parsed: HttpSpeech) -> SpeechStream:
     """Resolve the request, validate it with the family and get the job's
     stream (with captions, the text spoken segment by segment); an unknown
     voice is a 404, other bad requests 400s."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..audio.formats import FORMATS, encode_whole
 from ..audio.resample import resampled_parts
-from ..engine import ChunkStream
+from ..speech.streams import SpeechStream
 from .errors import ApiError
 from .speech_request import HttpSpeech, RequestRules, parse_speech_request
 
@@ -28,7 +28,7 @@ class Item:
 
     index: int
     request: HttpSpeech | None = None
-    stream: ChunkStream | None = None
+    stream: SpeechStream | None = None
     result: dict[str, Any] | None = None
 
     def fail(self, message: str) -> None:
@@ -62,7 +62,7 @@ def parse_items(body: Any, rules: RequestRules) -> list[Item]:
     return items
 
 
-def render(stream: ChunkStream, request: HttpSpeech, native_rate: int) -> dict[str, Any]:
+def render(stream: SpeechStream, request: HttpSpeech, native_rate: int) -> dict[str, Any]:
     """Blocking: the item's whole audio, encoded (runs on a thread)."""
     output_rate = request.sample_rate or native_rate
     samples = np.concatenate(list(resampled_parts(stream, native_rate, output_rate)))

@@ -227,7 +227,16 @@ def parse_speech_request(body: Any, rules: RequestRules) -> HttpSpeech:
     voice, the pace, the limits, the family's fields) ``TTS`` checks."""
     if not isinstance(body, dict):
         raise _bad("body", "the request body must be a JSON object")
-    text = _text(body)
+    return _parsed(body, rules, _text(body))
+
+
+def parse_speech_options(body: dict, rules: RequestRules) -> HttpSpeech:
+    """``parse_speech_request`` of all but ``input``: a request whose text
+    comes later, in pieces (a WebSocket session's ``session.config``)."""
+    return _parsed(body, rules, "")
+
+
+def _parsed(body: dict, rules: RequestRules, text: str) -> HttpSpeech:
     _optional_string(body, "model")
     _optional_string(body, "task_type")  # vLLM-Omni's; the checkpoint decides here
     speech = parse_speech_fields(body, rules, text)

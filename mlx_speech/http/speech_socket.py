@@ -48,13 +48,12 @@ from ..text.segments import SPLITS
 from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
 from ..tts import TTS
 from .errors import ApiError
-from .speech_request import HttpSpeech, RequestRules, parse_speech_request
+from .speech_request import HttpSpeech, RequestRules, parse_speech_options
 
 log = logging.getLogger("mlx_speech.server")
 
 MAX_TEXT_MESSAGE_BYTES = 128 * 1024  # any message but session.config
 SOCKET_FORMAT = "wav"  # vLLM-Omni's default here (not the HTTP default)
-_CHECKED_TEXT = "Checking the options."
 POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
 
 
@@ -80,9 +79,8 @@ def parse_socket_config(message: dict, rules: RequestRules) -> SocketConfig:
         body.setdefault("voice", body.pop("speaker"))
     for name in ("stream", "stream_format"):
         body.pop(name, None)  # the socket decides how audio is sent
-    body["input"] = _CHECKED_TEXT
     rules = dataclasses.replace(rules, default_format=SOCKET_FORMAT)
-    request = parse_speech_request(body, rules)
+    request = parse_speech_options(body, rules)
     if stream_audio and request.response_format != "pcm":
         raise ApiError(400, "stream_audio needs response_format 'pcm'")
     return SocketConfig(request, split, stream_audio)
@@ -315,7 +313,7 @@ class SpeechSocket:
         config = parse_socket_config(message, self._rules)
         request = config.request
         try:
-            self._tts.check_request(request.speech)
+            self._tts.check_options(request.speech)
         except ValueError as error:
             raise ApiError(400, str(error)) from None
         return config

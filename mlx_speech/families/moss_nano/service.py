@@ -152,14 +152,20 @@ class MossNanoService(SpeechService):
         """Cloning uses the audio alone: ``ref_text`` is not needed. OpenAI
         clients send ``instructions`` (for gpt-4o-mini-tts); the model has no
         input for them, so they are ignored, and the request says so."""
-        check_language(asked.language, None, "MOSS-TTS-Nano")
-        channels = check_channels(asked.channels, self.channels, "MOSS-TTS-Nano")
-        options = parse_sampling(asked.sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         segments = split_text_into_best_sentences(
             self._model.tokenizer,
             lightweight_normalize_text(asked.text),
             max_tokens=MAX_TEXT_TOKENS_PER_SEGMENT,
         )
+        return self._request(asked, segments)
+
+    def check(self, asked: SpeechInput) -> tuple[str, ...]:
+        return self._request(asked, segments=[]).ignored
+
+    def _request(self, asked: SpeechInput, segments: list[str]) -> MossNanoRequest:
+        check_language(asked.language, None, "MOSS-TTS-Nano")
+        channels = check_channels(asked.channels, self.channels, "MOSS-TTS-Nano")
+        options = parse_sampling(asked.sampling, DEFAULTS, MAX_FRAMES_PER_SEGMENT)
         return MossNanoRequest(
             segments=segments,
             reference=self._reference(asked.voice),

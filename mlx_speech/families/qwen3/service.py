@@ -74,7 +74,11 @@ class Qwen3Service(SpeechService):
         )
 
     # Caller's thread: nothing here touches MLX.
+    def check(self, asked: SpeechInput) -> tuple[str, ...]:
+        return self.prepare(asked).ignored
+
     def prepare(self, asked: SpeechInput) -> Qwen3Request:
+        """With no text (``check``), a request of no segments."""
         text, instructions = asked.text, asked.instructions
         check_channels(asked.channels, 1, "Qwen3-TTS")
         options = parse_sampling(asked.sampling, self._defaults, MAX_FRAMES)
@@ -84,11 +88,9 @@ class Qwen3Service(SpeechService):
             penalty = max(options.repetition_penalty, ICL_MIN_REPETITION_PENALTY)
         else:
             penalty = options.repetition_penalty
-        # Like mlx-audio, plain Base generation speaks each line on its own.
-        lines = [line.strip() for line in text.split("\n") if line.strip()]
         plain_base = self.kind == "base" and reference is None
         return Qwen3Request(
-            segments=lines if plain_base else [text],
+            segments=_segments(text, plain_base),
             speaker=speaker,
             instructions=instructions,
             language=check_language(asked.language, self.languages, "Qwen3-TTS"),
@@ -231,6 +233,15 @@ class Qwen3Service(SpeechService):
             return None
         codes = mx.stack(gathered, axis=2)  # [1, groups, frames]
         return finite_audio(decoder.decode(codes), self.sample_rate)
+
+
+def _segments(text: str | None, plain_base: bool) -> list[str]:
+    """Like mlx-audio, plain Base generation speaks each line on its own."""
+    if text is None:
+        return []
+    if plain_base:
+        return [line.strip() for line in text.split("\n") if line.strip()]
+    return [text]
 
 
 def load(model_dir: Path, options: LoadOptions = DEFAULT_LOAD) -> Qwen3Service:

@@ -69,8 +69,12 @@ class VoxCPM2Service(SpeechService):
         )
 
     # Caller's thread: nothing here touches MLX.
+    def check(self, asked: SpeechInput) -> tuple[str, ...]:
+        return self.prepare(asked).ignored
+
     def prepare(self, asked: SpeechInput) -> VoxCPM2Request:
-        text = asked.text
+        """With no text (``check``), a request of none."""
+        text = asked.text or ""
         if asked.instructions is not None:
             text = f"({asked.instructions}){text}"
         check_language(asked.language, None, "VoxCPM2")

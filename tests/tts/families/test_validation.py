@@ -179,3 +179,31 @@ def test_instructions_are_ignored_by_moss_tts_nano_and_the_stream_says_so(speaki
     plain = speaking_tts.speak("Hi.", seed=1, max_new_tokens=2).samples
     np.testing.assert_array_equal(styled, plain)
     assert speaking_tts.stream("Hi.", max_new_tokens=2).ignored == ()
+
+
+FAMILIES = {
+    "moss_nano": lambda fixtures: fixtures("speaking_tts"),
+    "qwen3": lambda fixtures: fixtures("qwen3_tts")["custom_voice"],
+    "voxcpm2": lambda fixtures: fixtures("voxcpm2_tts"),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_text_streams_options_are_checked_without_a_sentence(
+    family, request, monkeypatch
+):
+    """The family checks a text stream's options as it opens, before any
+    text came, and is given no text for it (no sentence made up)."""
+    tts = FAMILIES[family](request.getfixturevalue)
+    prepared = []
+    service = tts._service
+    real = service.prepare
+    monkeypatch.setattr(
+        service, "prepare", lambda asked: prepared.append(asked) or real(asked)
+    )
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        tts.stream_text(["Hello."], max_new_tokens=-1)
+    with pytest.raises(ValueError, match="voice"):
+        tts.stream_text(["Hello."], "no such voice")
+    tts.stream_text(["Hello."], max_new_tokens=1).close()
+    assert [asked.text for asked in prepared if asked.text is not None] == []

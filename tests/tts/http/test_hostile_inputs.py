@@ -303,7 +303,7 @@ def test_python_api_huge_numbers_are_value_errors(speaking_tts, name):
 
 def test_python_api_max_text_chars_counts_the_text_as_read(speaking_tts, monkeypatch):
     monkeypatch.setattr(speaking_tts, "max_text_chars", 100)
-    read_out = "19 characters and more than 100 once numbers"
+    read_out = "19 characters and more than 100 as it is read out"
     with pytest.raises(ValueError, match=read_out) as error:
         speaking_tts.prepare("1234567 " * 2 + "ok.")
     assert error.value.param == "text"
@@ -574,7 +574,7 @@ def test_the_input_limit_counts_characters_as_the_model_reads_them(server):
     response = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
     _assert_error_shape(response, 400, "input")
     message = response.json()["error"]["message"]
-    assert "4000 characters and more than 4096 once numbers" in message
+    assert "4000 characters and more than 4096 as it is read out" in message
     as_written = httpx.post(
         f"{server.url}/v1/audio/speech", json={**body, "normalize": False}, timeout=120
     )

@@ -394,14 +394,15 @@ class _FailingAfterOneChunk:
 def test_a_failing_segment_gets_an_error_and_its_audio_done(speaking_dir, tmp_path):
     def load_failing_on_explode(model, **options):
         tts = mlx_speech.load(model, **options)
-        opened = tts._opened  # each segment's job, from its family request
+        opener = tts._opener
+        opened = opener.started  # each segment's job, from its family request
 
         def failing(request, speed):
             chunks = opened(request, speed)
             explodes = any("Explode" in segment for segment in request.segments)
             return _FailingAfterOneChunk(chunks) if explodes else chunks
 
-        tts._opened = failing
+        opener.started = failing
         return tts
 
     settings = ServerSettings(model=str(speaking_dir), voices_dir=tmp_path)

@@ -14,6 +14,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 import mlx_speech
 from mlx_speech.audio.joins import edge_samples
 from mlx_speech.server import ServerSettings
+from mlx_speech.speech.opening import Opener
 from mlx_speech.text.pauses import Pause
 from mlx_speech.text.tags import VoiceChange, split_tags
 from tests.tts.support.cli import run
@@ -172,13 +173,14 @@ def test_wyoming_hears_the_tag(server, monkeypatch, form):
     """Wyoming has no seed, so its audio is not compared: what the model is
     asked to say, and in which voice, is."""
     asked = []
-    prepared = mlx_speech.TTS._prepared
+    prepared = Opener.prepare
 
-    def recording(self, resolved, read, ref_text, voice, language):
-        asked.append((read.strip(), voice is None))
+    def recording(self, resolved, read, ref_text, voice=None, language=None):
+        own = resolved.voice if voice is None else voice
+        asked.append((read.strip(), own is None))
         return prepared(self, resolved, read, ref_text, voice, language)
 
-    monkeypatch.setattr(mlx_speech.TTS, "_prepared", recording)
+    monkeypatch.setattr(Opener, "prepare", recording)
     if form == "synthesize":
         events = [Synthesize(TAGGED).event()]
     else:
@@ -189,8 +191,7 @@ def test_wyoming_hears_the_tag(server, monkeypatch, form):
         ]
     until = "audio-stop" if form == "synthesize" else "synthesize-stopped"
     assert wyoming_pcm(server.app.state.wyoming_port, *events, until=until)
-    said = [item for item in asked if item[0] != "Checking the options."]
-    assert said == [("Hello Bob.", True), ("Hi Alice!", False)]
+    assert asked == [("Hello Bob.", True), ("Hi Alice!", False)]
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_speech import tts as tts_module
 from mlx_speech.request import SpeechRequest, TextTooLong
+from mlx_speech.speech import resolution as resolution_module
 from mlx_speech.voices.resolve import UnknownVoiceName
 
 
@@ -15,13 +15,13 @@ from mlx_speech.voices.resolve import UnknownVoiceName
 def resolutions(monkeypatch):
     """The voices ``resolve_voice`` was asked for, in order."""
     asked = []
-    real = tts_module.resolve_voice
+    real = resolution_module.resolve_voice
 
     def counted(voice, **policy):
         asked.append(voice)
         return real(voice, **policy)
 
-    monkeypatch.setattr(tts_module, "resolve_voice", counted)
+    monkeypatch.setattr(resolution_module, "resolve_voice", counted)
     return asked
 
 
