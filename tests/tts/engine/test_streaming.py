@@ -13,6 +13,7 @@ import pytest
 import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.host_engine.frame_step import HostStep
+from tests.tts.support.held import HeldGeneration
 from tests.tts.support.idle import wait_until_idle
 
 TEXT = "A longer text. With two sentences, and a third clause."
@@ -98,14 +99,15 @@ def test_first_chunk_is_one_frame_and_arrives_before_the_second_frame(
     assert sum(len(c.samples) for c in rest) == 4 * tts._service.samples_per_frame
 
 
-def test_first_chunk_arrives_early_in_a_long_utterance(speaking_tts):
-    started = time.perf_counter()
+def test_first_chunk_arrives_early_in_a_long_utterance(speaking_tts, monkeypatch):
+    held = HeldGeneration(speaking_tts._service, monkeypatch)
     stream = speaking_tts.stream("Hello there.", temperature=0, max_new_tokens=400)
-    next(stream)
-    first = time.perf_counter() - started
-    list(stream)
-    total = time.perf_counter() - started
-    assert first < total / 5
+    first = next(stream)  # while generation is held at its tenth step
+    held.released.set()
+    rest = list(stream)
+    assert held.released_in_time == [True]
+    assert len(first.samples) == speaking_tts._service.samples_per_frame
+    assert sum(len(chunk.samples) for chunk in rest) > 300 * len(first.samples)
 
 
 def test_consecutive_requests_do_not_share_state(speaking_tts, reference_clip):

@@ -18,6 +18,7 @@ import mlx_speech
 from mlx_speech.engine import shared_engine
 from mlx_speech.server import ServerSettings
 from tests.tts.support.decoding import decode as decoded
+from tests.tts.support.held import HeldGeneration
 from tests.tts.support.idle import wait_until_idle
 from tests.tts.support.server import RunningServer
 
@@ -147,8 +148,8 @@ def test_sse_audio_concatenates_to_the_buffered_pcm(server):
     assert a.shape == b.shape and np.abs(a - b).max() <= 4
 
 
-def test_first_bytes_arrive_before_generation_ends(server):
-    started = time.perf_counter()
+def test_first_bytes_arrive_before_generation_ends(server, monkeypatch):
+    held = HeldGeneration(server.app.state.slot.tts._service, monkeypatch)
     with httpx.stream(
         "POST",
         f"{server.url}/v1/audio/speech",
@@ -156,19 +157,16 @@ def test_first_bytes_arrive_before_generation_ends(server):
         json={
             "input": "Hello there.",
             "temperature": 0,
-            # long enough that the tiny model's generation, fast alone on
-            # the host, clearly outlasts the first chunk
             "max_new_tokens": 1000,
             "response_format": "wav",
         },
     ) as response:
         chunks = response.iter_raw()
-        next(chunks)
-        first = time.perf_counter() - started
+        next(chunks)  # while generation is held at its tenth step
+        held.released.set()
         total_bytes = sum(len(c) for c in chunks)
-    total = time.perf_counter() - started
+    assert held.released_in_time == [True]
     assert total_bytes > 100 * FRAME
-    assert first < total / 5
 
 
 def test_disconnect_mid_stream_frees_the_worker(server):

@@ -111,3 +111,17 @@ def test_every_module_is_in_the_layers_and_kept_from_the_host_engine():
     assert modules - named == set()
     sources = {name.removeprefix("mlx_speech.") for name in host["source_modules"]}
     assert modules - sources == {"backends"}  # it alone brings the host engine
+
+
+def test_each_test_folder_is_named_as_the_package_it_tests():
+    """So that a package's tests are found where its name says; the
+    top-level modules' are in ``package/``, the helpers in ``support/``."""
+    from pathlib import Path
+
+    import mlx_speech
+
+    def folders_in(folder: Path) -> set[str]:
+        return {path.name for path in folder.iterdir() if path.is_dir()} - {"__pycache__"}
+
+    tests = folders_in(Path(__file__).parents[1]) - {"package", "support"}
+    assert tests - folders_in(Path(mlx_speech.__file__).parent) == set()
