@@ -11,7 +11,8 @@ import pytest
 
 from mlx_speech.audio.samples import Audio
 from mlx_speech.engine import Engine
-from mlx_speech.http.adapter import AudioResponse, Delivery
+from mlx_speech.http.speech.delivery import DeliveryMode
+from mlx_speech.http.speech.response import AudioResponse, Delivery
 from mlx_speech.serving.metrics import Metrics
 from mlx_speech.serving.shutdown import STOPPING, Shutdown
 from tests.tts.support.idle import wait_until_idle
@@ -28,7 +29,9 @@ def _endless_job(progress: list[int]):
     return start
 
 
-def _delivery(idle_timeout: float, closed: list[bool], mode: str = "audio") -> Delivery:
+def _delivery(
+    idle_timeout: float, closed: list[bool], mode: DeliveryMode = DeliveryMode.AUDIO
+) -> Delivery:
     return Delivery(
         response_format="pcm",
         native_rate=48000,
@@ -128,7 +131,9 @@ def test_a_failure_mid_stream_becomes_an_sse_error_event():
         yield Audio(np.zeros(960, dtype=np.float32), 48000)
         raise RuntimeError("codec exploded")
 
-    sent = _recorded(AudioResponse(engine.stream(start), _delivery(30, [], mode="sse")))
+    sent = _recorded(
+        AudioResponse(engine.stream(start), _delivery(30, [], mode=DeliveryMode.SSE))
+    )
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     events = [
         json.loads(line[6:])
@@ -152,7 +157,7 @@ def test_a_failure_before_any_audio_is_a_json_500():
     assert b'"type":"server_error"' in sent[1]["body"]
 
 
-@pytest.mark.parametrize("mode", ["audio", "sse"])
+@pytest.mark.parametrize("mode", [DeliveryMode.AUDIO, DeliveryMode.SSE])
 def test_a_stream_running_at_the_shutdown_deadline_ends_cleanly(mode):
     engine = Engine()
     closed: list[bool] = []
@@ -194,13 +199,13 @@ def test_a_captioned_stream_that_fails_or_is_stopped_ends_with_an_error_line():
         yield Audio(np.zeros(960, dtype=np.float32), 48000)
         raise RuntimeError("codec exploded")
 
-    delivery = _delivery(30, [], mode="captioned")
+    delivery = _delivery(30, [], mode=DeliveryMode.CAPTIONED)
     sent = _recorded(AudioResponse(engine.stream(start), delivery))
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     lines = [json.loads(line) for line in body.decode().splitlines()]
     assert lines[-1] == {"error": {"message": "codec exploded", "type": "server_error"}}
 
-    delivery = _delivery(idle_timeout=30, closed=[], mode="captioned")
+    delivery = _delivery(idle_timeout=30, closed=[], mode=DeliveryMode.CAPTIONED)
     response = AudioResponse(engine.stream(_endless_job([])), delivery)
     sent: list[dict] = []
 

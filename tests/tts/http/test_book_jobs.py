@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from mlx_speech.book.source import MAX_BOOK_BYTES
-from mlx_speech.http.book_request import parse_book_request
+from mlx_speech.http.books.request import parse_book_request
 from mlx_speech.http.openapi import openapi_document
-from mlx_speech.http.speech_request import RequestRules
+from mlx_speech.http.speech.request import RequestRules
 from mlx_speech.server import ServerSettings
 from mlx_speech.serving import books as books_module
 from tests.tts.support.field_reads import FieldReads

@@ -24,7 +24,7 @@ import mlx_speech
 from mlx_speech.cli.arguments import SAMPLING_FLAGS
 from mlx_speech.families.options import SamplingOptions
 from mlx_speech.http.errors import ApiError
-from mlx_speech.http.media import read_local_media
+from mlx_speech.http.speech.media import read_local_media
 from mlx_speech.server import ServerSettings
 from mlx_speech.voices.store import VoiceStore
 from tests.tts.support.cli import MLX_SPEECH, run

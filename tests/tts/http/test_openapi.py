@@ -16,7 +16,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from mlx_speech.http.app import ROUTES
-from mlx_speech.http.speech_request import RequestRules, parse_speech_request
+from mlx_speech.http.speech.request import RequestRules, parse_speech_request
 from mlx_speech.server import ServerSettings
 from tests.tts.support.field_reads import FieldReads
 from tests.tts.support.server import RunningServer, assert_speaks

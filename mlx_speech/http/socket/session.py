@@ -15,154 +15,41 @@ not a valid config, which ends it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..audio.events import Seam
-from ..audio.formats import encode_whole
-from ..audio.pcm import to_pcm16
-from ..audio.resample import StreamingResampler
-from ..audio.samples import Audio
-from ..errors import shown
-from ..serving.admission import admit
-from ..serving.connections import (
+from ...audio.events import Seam
+from ...audio.samples import Audio
+from ...errors import shown
+from ...serving.admission import admit
+from ...serving.connections import (
     MAX_UTTERANCES_WAITING,
     StalledReader,
     failure_text,
     next_event,
 )
-from ..serving.refusal import Refusal
-from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
-from ..text.captions import Timeline
-from ..text.segment_marks import Committed
-from ..text.segments import SPLITS
-from ..text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
-from ..tts import TTS
-from .errors import ApiError
-from .speech_request import HttpSpeech, RequestRules, parse_speech_options
+from ...serving.refusal import Refusal
+from ...serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING
+from ...text.captions import Timeline
+from ...text.segment_marks import Committed
+from ...text.stream import SegmentEnded, SegmentStarted, TextFeed, TextStream
+from ...tts import TTS
+from ..errors import ApiError
+from ..speech.request import RequestRules
+from .config import SocketConfig, parse_socket_config
+from .sentence_audio import SentenceAudio
+from .utterance import Utterance
 
 log = logging.getLogger("mlx_speech.server")
 
 MAX_TEXT_MESSAGE_BYTES = 128 * 1024  # any message but session.config
-SOCKET_FORMAT = "wav"  # vLLM-Omni's default here (not the HTTP default)
 POLICY_VIOLATION, GOING_AWAY, TRY_AGAIN_LATER = 1008, 1001, 1013
-
-
-@dataclass(frozen=True)
-class SocketConfig:
-    request: HttpSpeech  # voice, format, rate and options; its text is unused
-    split: str
-    stream_audio: bool
-
-
-def parse_socket_config(message: dict, rules: RequestRules) -> SocketConfig:
-    """A ``session.config`` message (``ApiError`` 400 if it is wrong)."""
-    body = {key: value for key, value in message.items() if key != "type"}
-    split = body.pop("split_granularity", None) or "none"
-    if split not in SPLITS:
-        raise ApiError(400, f"split_granularity must be one of {', '.join(SPLITS)}")
-    stream_audio = body.pop("stream_audio", False)
-    if not isinstance(stream_audio, bool):
-        raise ApiError(400, "stream_audio must be true or false")
-    if body.pop("word_timestamps", False):
-        raise ApiError(400, "word_timestamps is not supported by this server")
-    if "speaker" in body:  # vLLM-Omni's other name for it
-        body.setdefault("voice", body.pop("speaker"))
-    for name in ("stream", "stream_format"):
-        body.pop(name, None)  # the socket decides how audio is sent
-    rules = dataclasses.replace(rules, default_format=SOCKET_FORMAT)
-    request = parse_speech_options(body, rules)
-    if stream_audio and request.response_format != "pcm":
-        raise ApiError(400, "stream_audio needs response_format 'pcm'")
-    return SocketConfig(request, split, stream_audio)
-
-
-class SentenceAudio:
-    """One segment's audio as the socket sends it: PCM chunks as they come
-    (``stream_audio``), else one whole file at the segment's end; ``samples``
-    counts it at the output rate."""
-
-    def __init__(self, config: SocketConfig, native_rate: int):
-        request = config.request
-        self.rate = request.sample_rate or native_rate
-        self._format = request.response_format
-        self._progressive = config.stream_audio
-        self._resampler = StreamingResampler(native_rate, self.rate)
-        self._held: list[np.ndarray] = []
-        self.samples = 0
-
-    def add(self, samples: np.ndarray) -> bytes:
-        return self.add_resampled(self._resampler.process(samples))
-
-    def add_resampled(self, resampled: np.ndarray) -> bytes:
-        self.samples += len(resampled)
-        if self._progressive:
-            return to_pcm16(resampled).tobytes()
-        self._held.append(resampled)
-        return b""
-
-    def seam(self) -> bytes:
-        """A part of the segment ended (a pause begins or ends): the
-        resampler starts afresh, so the pause stays exact silence."""
-        return self.add_resampled(self._resampler.restart())
-
-    def finish(self) -> bytes:
-        data = self.add_resampled(self._resampler.flush())
-        if self._progressive:
-            return data
-        return encode_whole(np.concatenate(self._held), self.rate, self._format)
-
-
-class Utterance:
-    """The text of one ``input.done``, and the task speaking it."""
-
-    def __init__(self, index: int, stream: TextStream | None, feed: TextFeed | None):
-        self.index = index
-        self.stream = stream  # None: refused (the session or the server was full)
-        self.feed = feed
-        self.admitted = False  # counted toward --max-queue: its turn came
-        self.chars = 0
-        self.sentences = 0  # segments sent, once its speaking has ended
-        self.commits = 0  # input.commit messages taken
-        self.commit_ids: list = []  # each commit's commit_id, as the client sent it
-        self.answered = 0  # of them, answered with input.committed
-        self._sentences_committed = 0
-        self.flushed = anyio.Event()
-        self.spoken = anyio.Event()  # its last audio.done was sent
-        self.done = anyio.Event()
-
-    def cancel(self) -> None:
-        if self.stream is not None:
-            self.stream.close()
-            self.feed.end()
-
-    def commit_answer(self, sentences: int) -> dict:
-        """``input.committed`` for the next commit, ``sentences`` segments
-        having been sent by then."""
-        spoken = sentences - self._sentences_committed
-        answer = {
-            "type": "input.committed",
-            "utterance_index": self.index,
-            "segment_index": self.answered,
-            "segment_sentences": spoken,
-            "total_sentences": sentences,
-            # vLLM-Omni's client reads these two: its own id, and the commit's
-            # first segment's sentence_index (none where it spoke none)
-            "commit_id": self.commit_ids[self.answered],
-            "sentence_index": self._sentences_committed if spoken else None,
-        }
-        self.answered += 1
-        self._sentences_committed = sentences
-        return answer
 
 
 def _is_scalar(value: object) -> bool:

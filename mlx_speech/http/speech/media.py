@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..regular_files import open_regular
-from .errors import ApiError
+from ...regular_files import open_regular
+from ..errors import ApiError
 
 
 def read_local_media(

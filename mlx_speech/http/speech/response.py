@@ -21,18 +21,19 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..audio.containers import StreamEncoder
-from ..audio.events import Seam, events_of
-from ..audio.formats import FORMATS, encode_whole
-from ..audio.resample import StreamingResampler
-from ..audio.samples import Audio
-from ..serving.metrics import Metrics
-from ..serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
-from ..speech.streams import SpeechStream
-from ..text.captions import Caption, Timeline
-from ..text.segment_marks import SegmentEnded, SegmentStarted
+from ...audio.containers import StreamEncoder
+from ...audio.events import Seam, events_of
+from ...audio.formats import FORMATS, encode_whole
+from ...audio.resample import StreamingResampler
+from ...audio.samples import Audio
+from ...serving.metrics import Metrics
+from ...serving.shutdown import END_EARLY_SECONDS, SHUTDOWN_POLL_SECONDS, STOPPING, Shutdown
+from ...speech.streams import SpeechStream
+from ...text.captions import Caption, Timeline
+from ...text.segment_marks import SegmentEnded, SegmentStarted
+from ..errors import ApiError
 from .captioned import CaptionedLines, caption_event, error_line
-from .errors import ApiError
+from .delivery import DeliveryMode
 
 log = logging.getLogger("mlx_speech.server")
 
@@ -48,7 +49,7 @@ class Delivery:
     response_format: str
     native_rate: int
     output_rate: int
-    mode: str  # "audio" | "sse" | "buffered" | "captioned" | "captioned-whole"
+    mode: DeliveryMode
     idle_timeout: float
     metrics: Metrics
     accepted_at: float
@@ -105,10 +106,10 @@ class AudioResponse:
             error = ApiError(503, STOPPING, headers={"retry-after": "5"})
             await error.response()(scope, None, send)
             return
-        if self._delivery.mode == "sse":
+        if self._delivery.mode is DeliveryMode.SSE:
             message = {"message": STOPPING, "type": "server_error"}
             await self._event(send, {"type": "speech.audio.error", "error": message})
-        elif self._delivery.mode == "captioned":
+        elif self._delivery.mode is DeliveryMode.CAPTIONED:
             await self._send(send, error_line(STOPPING))
         elif self._encoder is not None:
             await self._send(send, self._encoder.finish())
@@ -205,17 +206,14 @@ class AudioResponse:
         started = time.perf_counter()
         if isinstance(first, Audio):
             self._channels = first.channels
-        mode = self._delivery.mode
-        if mode == "audio":
-            await self._stream_audio(send, first)
-        elif mode == "sse":
-            await self._stream_events(send, first)
-        elif mode == "captioned":
-            await self._stream_captioned(send, first)
-        elif mode == "captioned-whole":
-            await self._send_captioned_whole(send, first)
-        else:
-            await self._send_buffered(send, first)
+        deliver = {
+            DeliveryMode.AUDIO: self._stream_audio,
+            DeliveryMode.SSE: self._stream_events,
+            DeliveryMode.BUFFERED: self._send_buffered,
+            DeliveryMode.CAPTIONED: self._stream_captioned,
+            DeliveryMode.CAPTIONED_WHOLE: self._send_captioned_whole,
+        }[self._delivery.mode]
+        await deliver(send, first)
         self._delivery.metrics.finished(time.perf_counter() - started, self._audio_seconds)
 
     async def _send_error(self, scope: dict, send: Callable, error: Exception) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 
-from ..text.captions import Caption
+from ...text.captions import Caption
 
 
 def caption_event(caption: Caption) -> dict:

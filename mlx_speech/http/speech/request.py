@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from ..audio.formats import FORMATS, RESPONSE_FORMATS
-from ..errors import shown
-from ..families.options import SamplingOptions
-from ..request import SpeechRequest
-from ..text.pauses import Pause
-from ..text.segments import SPLITS
-from ..text.tags import VoiceChange, split_tags
-from .errors import ApiError
+from ...audio.formats import FORMATS, RESPONSE_FORMATS
+from ...errors import shown
+from ...families.options import SamplingOptions
+from ...request import SpeechRequest
+from ...settings import ServerSettings
+from ...text.pauses import Pause
+from ...text.segments import SPLITS
+from ...text.tags import VoiceChange, split_tags
+from ..errors import ApiError
+from .delivery import DeliveryMode
 from .media import read_local_media
 
 SAMPLING_FIELDS = tuple(option.name for option in dataclasses.fields(SamplingOptions))
@@ -40,6 +42,15 @@ class RequestRules:
     default_format: str = "mp3"
 
 
+def request_rules(settings: ServerSettings) -> RequestRules:
+    """The rules ``settings`` set for a speech request's fields."""
+    return RequestRules(
+        max_ref_bytes=settings.max_ref_bytes,
+        media_root=settings.allowed_local_media_path,
+        default_format=settings.default_format,
+    )
+
+
 @dataclass(frozen=True)
 class HttpSpeech:
     """A speech request (``speech``, which ``TTS`` resolves) and how HTTP
@@ -48,7 +59,7 @@ class HttpSpeech:
     speech: SpeechRequest
     response_format: str
     sample_rate: int | None  # None: the model's rate
-    delivery: str  # "audio" (streamed file), "sse" (streamed events) or "buffered"
+    delivery: DeliveryMode
     captions: str | None = None  # the split each caption covers; None: no captions
     timestamps: bool = True  # captioned JSON lists them (Kokoro's return_timestamps)
 
@@ -204,7 +215,7 @@ def _switch(body: dict, name: str, default: bool | None) -> bool | None:
     return value
 
 
-def _delivery(body: dict) -> str:
+def _delivery(body: dict) -> DeliveryMode:
     """OpenAI's default (a streamed file) when neither field is sent;
     vLLM-Omni's meaning of ``stream`` when only it is sent; ``stream_format``
     decides whenever it is sent."""
@@ -212,14 +223,14 @@ def _delivery(body: dict) -> str:
     stream_format = body.get("stream_format")
     if stream_format is None:
         if stream is None:
-            return "audio"
-        return "sse" if stream else "buffered"
+            return DeliveryMode.AUDIO
+        return DeliveryMode.SSE if stream else DeliveryMode.BUFFERED
     if not isinstance(stream_format, str) or stream_format not in ("audio", "sse"):
         raise _bad(
             "stream_format",
             f"stream_format must be 'audio' or 'sse', got {shown(stream_format)}",
         )
-    return stream_format
+    return DeliveryMode(stream_format)
 
 
 def parse_speech_request(body: Any, rules: RequestRules) -> HttpSpeech:
@@ -277,7 +288,7 @@ def parse_captioned_request(body: Any, rules: RequestRules) -> HttpSpeech:
     parsed = parse_speech_request(
         {**speech, "stream_format": "sse", "captions": True}, rules
     )
-    delivery = "captioned" if stream else "captioned-whole"
+    delivery = DeliveryMode.CAPTIONED if stream else DeliveryMode.CAPTIONED_WHOLE
     return dataclasses.replace(parsed, delivery=delivery, timestamps=timestamps)
 
 
@@ -339,7 +350,7 @@ _KOKORO_SWITCHES = ("stream", "return_timestamps")  # default true
 _KOKORO_ONLY = ("stream", "stream_format", "return_timestamps", "captions")
 
 
-def _captions(body: dict, delivery: str) -> str | None:
+def _captions(body: dict, delivery: DeliveryMode) -> str | None:
     """``captions: true`` asks for a caption per segment (``split_granularity``:
     sentence, the default, clause or none), sent as SSE events; without it
     ``split_granularity`` is ignored."""
@@ -347,7 +358,7 @@ def _captions(body: dict, delivery: str) -> str | None:
     split = body.get("split_granularity")
     if not captions:
         return None
-    if delivery != "sse":
+    if delivery is not DeliveryMode.SSE:
         raise _bad(
             "captions",
             "captions come as SSE events (stream_format 'sse'), or from "

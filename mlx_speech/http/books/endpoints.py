@@ -16,23 +16,24 @@ from urllib.parse import quote
 import anyio
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
 
-from ..audio.chapters import book_media_type
-from ..book.files import file_name
-from ..book.source import MAX_BOOK_BYTES, BookError
-from ..errors import shown
-from ..serving.book_job import BookJob
-from ..serving.books import (
+from ...audio.chapters import book_media_type
+from ...book.files import file_name
+from ...book.source import MAX_BOOK_BYTES, BookError
+from ...errors import shown
+from ...serving.book_job import BookJob
+from ...serving.books import (
     BookJobs,
     BookJobsFull,
     BookNotDone,
     BooksFolderBusy,
     UnknownBookJob,
 )
-from .bodies import BookUpload, read_book_body
-from .book_request import book_too_large, parse_book_request
-from .errors import ApiError
-from .speech_request import RequestRules
+from ..bodies import BookUpload, read_book_body
+from ..errors import ApiError
+from ..speech.request import RequestRules
+from .request import book_too_large, parse_book_request
 
 T = TypeVar("T")
 
@@ -193,3 +194,14 @@ def _attachment(name: str) -> str:
     every client, and in UTF-8 for those that read it."""
     plain = name.encode("ascii", "replace").decode().replace("?", "_")
     return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name)}"
+
+
+ROUTES = [
+    Route("/v1/audio/books", create_book, methods=["POST"]),
+    Route("/v1/audio/books", list_books, methods=["GET"]),
+    Route("/v1/audio/books/{id}", get_book, methods=["GET"]),
+    Route("/v1/audio/books/{id}", delete_book, methods=["DELETE"]),
+    Route("/v1/audio/books/{id}/audio", book_audio, methods=["GET"]),
+    Route("/v1/audio/books/{id}/captions", book_captions, methods=["GET"]),
+    Route("/v1/audio/books/{id}/cancel", cancel_book, methods=["POST"]),
+]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import mimetypes
 from typing import Any
 
-from ..voices.resolve import DEFAULT_VOICE
-from ..voices.store import SavedVoice
+from ...voices.resolve import DEFAULT_VOICE
+from ...voices.store import SavedVoice
 
 
 def _entry(name: str, kind: str) -> dict[str, Any]:

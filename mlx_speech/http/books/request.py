@@ -10,15 +10,15 @@ import contextlib
 import json
 from typing import Any
 
-from ..audio.chapters import BOOK_FORMATS
-from ..audio.loudness import TARGET_LUFS, TARGETS_LUFS, is_target
-from ..book.files import file_name
-from ..book.source import FOOTNOTES, MAX_BOOK_BYTES
-from ..errors import shown
-from ..serving.books import BookOrder
-from .bodies import BookUpload
-from .errors import ApiError
-from .speech_request import SAMPLING_FIELDS, RequestRules, parse_speech_fields
+from ...audio.chapters import BOOK_FORMATS
+from ...audio.loudness import TARGET_LUFS, TARGETS_LUFS, is_target
+from ...book.files import file_name
+from ...book.source import FOOTNOTES, MAX_BOOK_BYTES
+from ...errors import shown
+from ...serving.books import BookOrder
+from ..bodies import BookUpload
+from ..errors import ApiError
+from ..speech.request import SAMPLING_FIELDS, RequestRules, parse_speech_fields
 
 INPUT_FORMATS = {"text": ".txt", "markdown": ".md"}  # a text sent as JSON
 DEFAULT_INPUT_FORMAT = "text"

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.formats import FORMATS, encode_whole
-from ..audio.resample import resampled_parts
-from ..speech.streams import SpeechStream
-from .errors import ApiError
-from .speech_request import HttpSpeech, RequestRules, parse_speech_request
+from ...audio.formats import FORMATS, encode_whole
+from ...audio.resample import resampled_parts
+from ...speech.streams import SpeechStream
+from ..errors import ApiError
+from .request import HttpSpeech, RequestRules, parse_speech_request
 
 MAX_ITEMS = 32
 # Fields that shape one HTTP response, not a batch item's audio.

@@ -1,0 +1,2 @@
+"""The book jobs' routes: their request, schema and endpoints over the
+serving core's ``BookJobs``."""

@@ -1,0 +1,1 @@
+"""The saved voices' routes: their listing, schema and endpoints."""
