@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 from . import DEFAULT_MODEL
@@ -15,7 +16,7 @@ from .backends import (
 )
 from .engine import shared_engine
 from .errors import ModelLoadError
-from .families import QUANTIZE_BITS, LoadOptions
+from .families import QUANTIZE_BITS, LoadOptions, SpeechService
 from .registry import FAMILIES, model_family, resolve_model_dir
 from .text.lexicon import Lexicon, load_lexicon
 from .text.normalization import TextNormalizer
@@ -62,35 +63,13 @@ def load(
     model_dir = resolve_model_dir(model)
     family = model_family(model_dir)
     engine = shared_engine()
-
-    def load_on_worker():
-        keep_weights_wired()
-        accelerator, why = accelerator_for(chosen, family)
-        options = LoadOptions(engine.max_batch, quantize, accelerator)
-        try:
-            service = FAMILIES[family](model_dir, options)
-        except ModelLoadError:
-            raise
-        except Exception as error:
-            raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
-        if accelerator is not None and service.backend == "mlx":
-            if chosen == "host":
-                raise ModelLoadError(
-                    "the host backend cannot run this model here: none of its parts "
-                    "gives MLX's numbers on this machine (the log says which differ)"
-                )
-            why = "the host engine's parts differ from MLX's here"
-        device = device_name()
-        log.info("backend: %s (%s), device: %s", service.backend, why, device)
-        if quantize is not None and device == "cpu":
-            log.warning(QUANTIZED_ON_A_CPU)
-        return service, device, why
-
     store = voices_dir if isinstance(voices_dir, VoiceStore) else VoiceStore(voices_dir)
     aliases = {name.lower(): voice for name, voice in (voice_aliases or {}).items()}
     normalizer = TextNormalizer()
     grammars = normalizer.preload()  # beside the model, not after it
-    service, device, why = engine.call(load_on_worker)
+    service, device, why = engine.call(
+        partial(_service_on_worker, model_dir, family, chosen, quantize, engine.max_batch)
+    )
     if device == "cpu" and (slow := slow_blas_warning()) is not None:
         log.warning(slow)
     grammars.join()  # so the first request does not wait for them
@@ -99,3 +78,31 @@ def load(
     tts.backend_reason = why
     tts.model = str(model_dir)
     return tts
+
+
+def _service_on_worker(
+    model_dir: Path, family: str, chosen: str, quantize: int | None, max_batch: int
+) -> tuple[SpeechService, str, str]:
+    """The family's service, loaded on the worker (MLX's streams are its
+    thread's), with the device it runs on and why its backend runs."""
+    keep_weights_wired()
+    accelerator, why = accelerator_for(chosen, family)
+    options = LoadOptions(max_batch, quantize, accelerator)
+    try:
+        service = FAMILIES[family](model_dir, options)
+    except ModelLoadError:
+        raise
+    except Exception as error:
+        raise ModelLoadError(f"cannot load {model_dir}: {error}") from error
+    if accelerator is not None and service.backend == "mlx":
+        if chosen == "host":
+            raise ModelLoadError(
+                "the host backend cannot run this model here: none of its parts "
+                "gives MLX's numbers on this machine (the log says which differ)"
+            )
+        why = "the host engine's parts differ from MLX's here"
+    device = device_name()
+    log.info("backend: %s (%s), device: %s", service.backend, why, device)
+    if quantize is not None and device == "cpu":
+        log.warning(QUANTIZED_ON_A_CPU)
+    return service, device, why

@@ -48,6 +48,28 @@ def add_parser(commands) -> None:
     )
     serve.add_argument("--port", type=int, default=port, help=f"port (default: {port})")
     _wyoming_arguments(serve)
+    _access_arguments(serve)
+    default_format = setting("default_format")
+    serve.add_argument(
+        "--default-format",
+        default=default_format,
+        choices=RESPONSE_FORMATS,
+        help="response_format of requests that name none "
+        f"(default: {default_format}, as OpenAI's)",
+    )
+    _limit_arguments(serve)
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="info (the default): loading, listening, the model's backend and "
+        "warnings; debug adds uvicorn's own lines and one line per request",
+    )
+    _storage_arguments(serve)
+
+
+def _access_arguments(serve) -> None:
+    """Who may call: the Host names and origins answered, and the key."""
     serve.add_argument(
         "--allowed-host",
         action="append",
@@ -79,22 +101,10 @@ def add_parser(commands) -> None:
         "without sending it; anyone who reaches the port then sees the saved "
         "voices' names and transcripts (speech and voice changes still need the key)",
     )
-    default_format = setting("default_format")
-    serve.add_argument(
-        "--default-format",
-        default=default_format,
-        choices=RESPONSE_FORMATS,
-        help="response_format of requests that name none "
-        f"(default: {default_format}, as OpenAI's)",
-    )
-    _limit_arguments(serve)
-    serve.add_argument(
-        "--log-level",
-        default="info",
-        choices=LOG_LEVELS,
-        help="info (the default): loading, listening, the model's backend and "
-        "warnings; debug adds uvicorn's own lines and one line per request",
-    )
+
+
+def _storage_arguments(serve) -> None:
+    """Where voices, books and reference clips are kept; what words mean."""
     serve.add_argument("--voices-dir", default=None, help=VOICES_DIR_HELP)
     serve.add_argument(
         "--books-dir",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ..families.moss_nano.accelerator import ArrayOps
 from .blas import mlx_blas
 from .codec_decoder import HostDecoder, host_decoder
-from .frame_step import HostStep, host_step
+from .frame_step import HostStep
 from .library import ExactActivations, Unavailable, attention_with, exact_activations
+from .step_checks import host_step
 
 NAME = "host"  # as MLX_SPEECH_BACKEND spells it
 

@@ -435,7 +435,7 @@ def test_a_request_still_being_checked_starts_with_one_already_reading(
     """Over HTTP a request is expected from the moment its body is read: a
     request whose stream is already read waits for it, and both take their
     first step together; a request refused meanwhile holds nothing up."""
-    from mlx_speech.http import app as http_app
+    from mlx_speech.http.speech import endpoints as http_app
 
     monkeypatch.setattr(worker_module, "GATHER_SECONDS", 60.0)
     checking, release = threading.Event(), threading.Event()

@@ -319,7 +319,7 @@ def test_sampling_takes_mlxs_numbers_where_the_lone_order_holds_everywhere(
     seeded sampled request takes MLX's numbers (its codes MLX's), and the
     local transformer has its panels; where any did not, the library's own
     products, and no panels."""
-    from mlx_speech.host_engine import frame_step as module
+    from mlx_speech.host_engine import step_checks as module
 
     monkeypatch.setattr(module, "trust_lone_shapes", lambda *arguments: everywhere)
     host = host_step_for(model)

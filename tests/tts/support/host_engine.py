@@ -9,8 +9,9 @@ import pytest
 
 from mlx_speech.host_engine.blas import mlx_blas
 from mlx_speech.host_engine.codec_decoder import HostDecoder, host_decoder
-from mlx_speech.host_engine.frame_step import HostStep, host_step
+from mlx_speech.host_engine.frame_step import HostStep
 from mlx_speech.host_engine.library import exact_activations
+from mlx_speech.host_engine.step_checks import host_step
 
 
 def host_step_for(model) -> HostStep | None:
