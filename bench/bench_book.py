@@ -55,7 +55,7 @@ def _speak_time(tts, text: str, options: dict) -> tuple[float, float, int]:
 def _book_time(tts, path: Path, options: dict) -> tuple[float, float, int]:
     with tempfile.TemporaryDirectory() as store:
         started = time.perf_counter()
-        book = speak_book(tts, path, store=store, **options)
+        book = speak_book(tts, path, store=store, **options)  # greedy: no retakes
         took = time.perf_counter() - started
     return took, sum(c.audio.duration for c in book.chapters), len(book.captions)
 

@@ -170,6 +170,10 @@ class StretchedStream:
                 return Audio(samples, self._sample_rate)
         raise StopIteration
 
+    @property
+    def result(self) -> Any:
+        return self._chunks.result
+
     def cancel(self) -> None:
         self._ended = True
         self._chunks.cancel()

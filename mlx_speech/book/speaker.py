@@ -4,7 +4,9 @@ Each sentence in flight has a thread of its own that reads its stream to
 the end, so the engine always has that many jobs to step together (a job
 whose reader waits is parked). Sentences start in the book's order; each
 is kept in the store as it ends, so their order at the output comes from
-the plan, not from when they finished. The first failure stops the rest:
+the plan, not from when they finished. Each take is checked (``takes``);
+a suspect one is spoken again, up to ``retakes`` times, and the best is
+kept, marked where it is still suspect. The first failure stops the rest:
 what was kept stays kept. Another thread stops a run by setting its
 ``stop`` event (a server cancelling a job, or stopping): the streams in
 flight are closed and ``BookCancelled`` is raised.
@@ -20,6 +22,7 @@ import numpy as np
 
 from .plan import Sentence
 from .store import SpokenStore
+from .takes import Take, best_take, checked_take
 
 IN_FLIGHT = 8  # the engine's batch: more would only wait
 STOP_CHECK_SECONDS = 0.1  # how often a run looks at its ``stop`` event
@@ -36,6 +39,8 @@ class SentenceSpoken:
 
     sentence: Sentence
     samples: int  # its audio's length
+    suspect: str | None = None  # why its kept take is suspect, if it is
+    takes: int = 1  # how many were spoken
 
 
 class _Run:
@@ -69,19 +74,21 @@ class _Run:
 
 
 def speak_missing(
-    open_stream: Callable[[Sentence], Iterable],
+    open_stream: Callable[[Sentence, int], Iterable],
     sentences: Sequence[Sentence],
     store: SpokenStore,
     rate: int,
     *,
+    retakes: int = 0,
     in_flight: int = IN_FLIGHT,
     spoken: Callable[[SentenceSpoken], None] = lambda _: None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Speak each sentence the store lacks (``open_stream(sentence)`` gives
-    its chunks) and keep it; ``spoken`` is called as each is kept, from the
-    thread that spoke it. Raises the first failure once all threads end, or
-    ``BookCancelled`` once ``stop`` is set."""
+    """Speak each sentence the store lacks (``open_stream(sentence, retake)``
+    gives a take's chunks: 0 the first, then each retake's) and keep its best
+    take; ``spoken`` is called as each is kept, from the thread that spoke it.
+    Raises the first failure once all threads end, or ``BookCancelled`` once
+    ``stop`` is set."""
     if stop is not None and stop.is_set():
         raise BookCancelled("the book was stopped")
     seen: set[str] = set()
@@ -94,7 +101,7 @@ def speak_missing(
     threads = [
         threading.Thread(
             target=_speak_until_done,
-            args=(run, open_stream, store, rate, spoken),
+            args=(run, open_stream, store, rate, retakes, spoken),
             name=f"book-sentence-{number}",
             daemon=True,
         )
@@ -125,23 +132,42 @@ def _join(threads: list[threading.Thread], run: _Run, stop: threading.Event | No
     return cancelled
 
 
-def _speak_until_done(run: _Run, open_stream, store, rate, spoken) -> None:
+def _speak_until_done(run: _Run, open_stream, store, rate, retakes, spoken) -> None:
     while (sentence := run.next_sentence()) is not None:
         try:
-            samples = _spoken(run, open_stream, sentence)
-            if samples is None:
+            takes = _takes(run, open_stream, sentence, rate, retakes)
+            if takes is None:
                 return  # stopped
-            store.save(sentence.key, samples, rate)
-            spoken(SentenceSpoken(sentence, len(samples)))
+            kept = best_take(takes)
+            store.save(sentence.key, kept.samples, rate, kept.suspect)
+            spoken(SentenceSpoken(sentence, len(kept.samples), kept.suspect, len(takes)))
         except BaseException as error:  # noqa: BLE001 - the caller raises it
             if not run.stopped.is_set():  # else: its stream was closed to stop it
                 run.fail(error)
             return
 
 
-def _spoken(run: _Run, open_stream, sentence: Sentence) -> np.ndarray | None:
-    """The sentence's audio, or None if the run stopped first."""
-    stream = open_stream(sentence)
+def _takes(run: _Run, open_stream, sentence: Sentence, rate: int, retakes: int):
+    """The sentence's takes, until one is not suspect or ``retakes`` more
+    were spoken; None if the run stopped first."""
+    takes: list[Take] = []
+    for retake in range(retakes + 1):
+        spoken = _spoken(run, open_stream, sentence, retake)
+        if spoken is None:
+            return None
+        samples, ran_out = spoken
+        takes.append(checked_take(sentence.shown, samples, rate, ran_out))
+        if takes[-1].suspect is None:
+            break
+    return takes
+
+
+def _spoken(
+    run: _Run, open_stream, sentence: Sentence, retake: int
+) -> tuple[np.ndarray, bool] | None:
+    """A take's audio and whether it ran to its frame budget, or None if the
+    run stopped first."""
+    stream = open_stream(sentence, retake)
     with run.lock:
         run.streams.add(stream)
     try:
@@ -156,4 +182,5 @@ def _spoken(run: _Run, open_stream, sentence: Sentence) -> np.ndarray | None:
         stream.close()
     if run.stopped.is_set():
         return None
-    return np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    return samples, getattr(stream, "result", None) is True

@@ -19,6 +19,7 @@ import numpy as np
 from ..audio.chapters import ChapterMark, write_book_audio
 from ..audio.loudness import TARGET_LUFS, gain_to, measured
 from ..audio.samples import Audio
+from ..families.options import SEED_LIMIT
 from ..request import SpeechRequest
 from ..text.captions import Caption
 from ..text.tags import TAG
@@ -27,9 +28,15 @@ from .assembly import book_captions, book_chunks, chapter_marks, sentence_length
 from .contents import chosen_chapters
 from .files import chapter_paths, write_whole
 from .plan import Sentence, book_sentences, speech_identity
+from .report import Suspect, suspects
 from .source import Book, BookError, read_book
 from .speaker import IN_FLIGHT, BookCancelled, SentenceSpoken, speak_missing
 from .store import SpokenStore, kept_takes, redone
+from .takes import DEFAULT_RETAKES
+
+MAX_RETAKES = 10
+# A retake's seed is this far from its take's: clear of the takes --redo makes
+RETAKE_SEED_STEP = 1_000_003
 
 NO_AUDIO = "no sentence of the book has audio: there is nothing to write"
 
@@ -44,13 +51,17 @@ class BookSpeech:
         chapters: frozenset[int] | None = None,
         takes: Mapping[int, int] | None = None,
         dialogue_voice: str | None = None,
+        retakes: int = DEFAULT_RETAKES,
     ):
         """Resolves the request once and checks it and every voice the book's
         tags name (``ValueError``), so a bad one fails now, not hours in.
         ``chapters``: the indexes of those to speak (all where None);
         ``takes``: a chapter's take where it was spoken again (``--redo``),
         by index: another seed, so other sentences. ``dialogue_voice``: the
-        voice of what is quoted, the narration in the request's."""
+        voice of what is quoted, the narration in the request's. ``retakes``:
+        how many more times a suspect take is spoken (``takes``)."""
+        if not isinstance(retakes, int) or not 0 <= retakes <= MAX_RETAKES:
+            raise ValueError(f"retakes must be 0..{MAX_RETAKES}, got {retakes!r}")
         resolved = tts.resolve(request)
         identity = speech_identity(tts.model, resolved, tts.lexicon)
         self.book = book
@@ -75,13 +86,30 @@ class BookSpeech:
         tts.check_resolved(resolved)
         for name in _tagged_voices(self.sentences) | {dialogue_voice} - {None}:
             tts.resolve(replace(request, voice=name, voice_paths=False))
-        openers = {0: tts.opener(resolved)}
+        # a greedy take is the same whatever its seed: retaking it adds nothing
+        greedy = request.sampling.get("temperature") == 0
+        self.retakes = 0 if greedy else retakes
+        self._tts, self._request = tts, request
+        self._openers = {(0, 0): tts.opener(resolved)}
         for take in {sentence.take for sentence in self.sentences} - {0}:
-            openers[take] = tts.opener(tts.resolve(_retaken(request, take)))
-        self._open = lambda sentence: openers[sentence.take](sentence.text)
+            self._opener(take, 0)  # checked now; retakes' only seeds differ
+        self._openers_lock = threading.Lock()
         # each chapter's gain, by store and target: measured once for the book
         # and its chapter files alike, again after the store changes (speak)
         self._gains: dict[tuple[Path, float], dict[int, float]] = {}
+
+    def _opener(self, take: int, retake: int) -> Callable[[str], Any]:
+        opener = self._openers.get((take, retake))
+        if opener is None:
+            asked = _retaken(self._request, take, retake)
+            opener = self._tts.opener(self._tts.resolve(asked))
+            self._openers[take, retake] = opener
+        return opener
+
+    def _open(self, sentence: Sentence, retake: int) -> Any:
+        with self._openers_lock:
+            opener = self._opener(sentence.take, retake)
+        return opener(sentence.text)
 
     def kept(self, store: SpokenStore) -> int:
         """How many of the sentences the store has already."""
@@ -103,6 +131,7 @@ class BookSpeech:
             self.sentences,
             store,
             self.rate,
+            retakes=self.retakes,
             in_flight=in_flight,
             spoken=spoken,
             stop=stop,
@@ -202,6 +231,10 @@ class BookSpeech:
         lengths = sentence_lengths(store, self.sentences)
         return book_captions(self.sentences, lengths, self.rate)
 
+    def suspects(self, store: SpokenStore) -> list[Suspect]:
+        """The kept sentences whose take is still suspect, with where they are."""
+        return suspects(self.book, self.sentences, store, self.rate)
+
     def chapter_sentences(self) -> list[tuple[int, list[Sentence]]]:
         """Each chapter that says something, with its sentences."""
         return list(self._by_chapter.items())
@@ -216,13 +249,15 @@ def _until_stopped(
         yield chunk
 
 
-def _retaken(request: SpeechRequest, take: int) -> SpeechRequest:
-    """``request`` for another take: its seed moved on (none stays none:
-    sampling without a seed differs each time already)."""
+def _retaken(request: SpeechRequest, take: int, retake: int) -> SpeechRequest:
+    """``request`` for a chapter's take (``--redo``) and a sentence's retake:
+    its seed moved on (none stays none: sampling without a seed differs each
+    time already)."""
     seed = request.sampling.get("seed")
     if seed is None:
         return request
-    return replace(request, sampling={**request.sampling, "seed": seed + take})
+    moved = (seed + take + RETAKE_SEED_STEP * retake) % SEED_LIMIT
+    return replace(request, sampling={**request.sampling, "seed": moved})
 
 
 def _told(chunks: Iterable[np.ndarray], written: Callable[[int], None]):
@@ -253,6 +288,7 @@ class SpokenBook:
     author: str | None
     chapters: list[SpokenChapter] = field(default_factory=list)
     tags: dict = field(default_factory=dict)  # narrator, details, picture
+    suspects: list[Suspect] = field(default_factory=list)  # takes still suspect
 
     @property
     def captions(self) -> list[Caption]:
@@ -322,6 +358,7 @@ def speak_book(
     chapters: str | None = None,
     redo: str | None = None,
     dialogue_voice: str | None = None,
+    retakes: int = DEFAULT_RETAKES,
     **options: Any,
 ) -> SpokenBook:
     """A book (a ``.txt``, ``.md``, ``.epub`` or ``.pdf`` file, or a ``Book``) spoken
@@ -334,7 +371,9 @@ def speak_book(
     ``chapters``: speak only these ("3-5,7", numbered from 1); ``redo``:
     speak these again with another seed, in ``store``, whose later calls
     keep the new takes. ``dialogue_voice``: the voice of what is quoted.
-    Takes the keywords of ``TTS.stream``."""
+    ``retakes``: how many more times a suspect take is spoken (its best is
+    kept; ``.suspects`` lists those still suspect). Takes the keywords of
+    ``TTS.stream``."""
     book = source if isinstance(source, Book) else read_book(source, footnotes=footnotes)
     chosen = chosen_chapters(chapters, len(book.chapters))
     redone_now = chosen_chapters(redo, len(book.chapters)) or frozenset()
@@ -343,7 +382,13 @@ def speak_book(
     takes = redone(kept_takes(Path(store)), redone_now) if store else {}
     request = SpeechRequest.of("", voice, **options)
     speech = BookSpeech(
-        tts, book, request, chapters=chosen, takes=takes, dialogue_voice=dialogue_voice
+        tts,
+        book,
+        request,
+        chapters=chosen,
+        takes=takes,
+        dialogue_voice=dialogue_voice,
+        retakes=retakes,
     )
     with contextlib.ExitStack() as stack:
         folder = store or stack.enter_context(tempfile.TemporaryDirectory())
@@ -368,4 +413,6 @@ def spoken_book(speech: BookSpeech, store: SpokenStore) -> SpokenBook:
         captions = book_captions(sentences, lengths, speech.rate)
         title = speech.book.chapters[index].title
         chapters.append(SpokenChapter(title, Audio(samples, speech.rate), captions))
-    return SpokenBook(speech.book.title, speech.book.author, chapters, speech.tags)
+    book = speech.book
+    found = speech.suspects(store)
+    return SpokenBook(book.title, book.author, chapters, speech.tags, found)

@@ -6,7 +6,8 @@ Each sentence is one FLAC file named by its key (``plan.Sentence.key``),
 lossy), and written whole or not at all: to a temporary name, then renamed.
 A sentence spoken as no audio at all (a zero pause, a take the model ended
 at once) is an empty ``.empty`` file instead, as FLAC holds no empty
-stream. A kept file that cannot be read is never trusted: it is removed
+stream. A kept take that is suspect (``takes``) has a ``.suspect`` file
+beside it saying why. A kept file that cannot be read is never trusted: it is removed
 and its sentence counts as missing, so the next run speaks it again. One
 run at a time holds a folder (an exclusive lock on its ``lock`` file,
 which the system drops with the process, however it ends).
@@ -26,6 +27,7 @@ import soundfile
 
 SUFFIX = ".flac"
 EMPTY_SUFFIX = ".empty"
+SUSPECT_SUFFIX = ".suspect"  # beside a kept take that is suspect: why
 TAKES = "takes.json"  # the chapters spoken again (--redo): chapter index → take
 
 
@@ -109,13 +111,32 @@ class SpokenStore:
             raise UnreadableSentence(self._unreadable(key, str(error))) from None
         return samples
 
-    def save(self, key: str, samples: np.ndarray, rate: int) -> None:
-        """Keep a sentence's audio; an error (a full disk) leaves no part of it."""
+    def save(
+        self, key: str, samples: np.ndarray, rate: int, suspect: str | None = None
+    ) -> None:
+        """Keep a sentence's audio; an error (a full disk) leaves no part of it.
+        ``suspect``: why its take is suspect (``takes``), kept beside it first,
+        so that audio kept is never without its mark."""
+        mark = self._suspect_path(key)
+        if suspect is not None:
+            _replace_whole(mark, suspect.encode())
+        else:
+            mark.unlink(missing_ok=True)
         if len(samples) == 0:
             _replace_whole(self._empty_path(key), b"")
         else:
             _replace_whole(self._path(key), _flac(samples, rate))
         self._frames[key] = len(samples)
+
+    def suspect(self, key: str) -> str | None:
+        """Why the sentence's kept take is suspect; None where it is not."""
+        try:
+            return self._suspect_path(key).read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def _suspect_path(self, key: str) -> Path:
+        return self.folder / f"{key}{SUSPECT_SUFFIX}"
 
     def keep_takes(self, takes: Mapping[int, int]) -> None:
         """Which take of each chapter the runs that follow speak (``redone``)."""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from .arguments import loaded_model, sampling_arguments, speech_arguments, speech_request
 
+SHOWN_SUSPECTS = 10  # in the summary; --report has them all
+
 
 def add_parser(commands) -> None:
     book = commands.add_parser(
@@ -84,6 +86,21 @@ def _choice_arguments(book) -> None:
         "(a voice tag in the text still wins)",
     )
     book.add_argument(
+        "--retakes",
+        type=_retakes,
+        default=2,
+        metavar="N",
+        help="speak a take again, up to N times, while it is suspect: it ran to "
+        "the frame budget, or its length is far from what its text implies; the "
+        "best is kept (default: 2; 0 checks without retaking)",
+    )
+    book.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE",
+        help="write the sentences still suspect there, a line each: chapter, time and text",
+    )
+    book.add_argument(
         "--cover",
         default=None,
         metavar="IMAGE",
@@ -134,6 +151,7 @@ def run(args: argparse.Namespace) -> None:
         chapters=chapters,
         takes=takes,
         dialogue_voice=args.dialogue_voice,
+        retakes=args.retakes,
     )
     started = time.perf_counter()
     print(f"model loaded in {started - loading:.1f} s", file=sys.stderr)
@@ -153,6 +171,7 @@ def run(args: argparse.Namespace) -> None:
         seconds = sum(c.end - c.start for c in speech.captions(store)) / speech.rate
         took = time.perf_counter() - started
         print(_summary(output, speech, seconds, spoken_now, took))
+        _tell_suspects(speech.suspects(store), args.report)
         print(
             f"kept {store.size() / 1e6:.0f} MB of spoken sentences in {folder}: run "
             "again after an edit and only what changed is spoken; delete it when done"
@@ -170,12 +189,26 @@ def _check_places(args: argparse.Namespace, book, output: Path) -> None:
     files = [output]
     if args.captions is not None:
         files.append(Path(args.captions))
+    if args.report is not None:
+        files.append(Path(args.report))
     folders = [_store_folder(output)]
     if args.chapters_dir is not None:
         folders.append(Path(args.chapters_dir))
         titles = [chapter.title for chapter in book.chapters]
         files += chapter_paths(titles, Path(args.chapters_dir), output.suffix)
     check_places(Path(args.file), files, folders)
+
+
+def _retakes(text: str) -> int:
+    from ..book.speech import MAX_RETAKES
+
+    try:
+        retakes = int(text)
+    except ValueError:
+        retakes = -1
+    if not 0 <= retakes <= MAX_RETAKES:
+        raise argparse.ArgumentTypeError(f"a number of retakes, 0 to {MAX_RETAKES}")
+    return retakes
 
 
 def _loudness(text: str) -> float | None:
@@ -293,7 +326,7 @@ def _write_all(speech, store, output: Path, args: argparse.Namespace) -> None:
         _write_whole(path, lambda p: p.write_text(text, encoding="utf-8"), store.folder)
 
 
-def _write_whole(path: Path, write: Callable[[Path], object], kept: Path) -> None:
+def _write_whole(path: Path, write: Callable[[Path], object], kept: Path | None) -> None:
     """``write`` into ``path``, whole or not at all (``book.files``)."""
     from ..book.files import write_whole
 
@@ -327,6 +360,23 @@ def _checked_output(args: argparse.Namespace) -> Path:
             f"cannot write captions to {args.captions}: name a .vtt or .srt file"
         )
     return output
+
+
+def _tell_suspects(found: list, report: str | None) -> None:
+    """The sentences still suspect, after the summary (the first few) and in
+    ``report`` (all of them, or a line saying none is)."""
+    from ..book.report import report_text
+
+    if found:
+        more = f" (all in {report})" if report else " (--report FILE lists them all)"
+        print(f"{len(found)} sentence(s) still suspect after their retakes{more}:")
+        for suspect in found[:SHOWN_SUSPECTS]:
+            print(f"  {suspect.line()}")
+        if len(found) > SHOWN_SUSPECTS:
+            print(f"  ... and {len(found) - SHOWN_SUSPECTS} more")
+    if report is not None:
+        text = report_text(found)
+        _write_whole(Path(report), lambda p: p.write_text(text, encoding="utf-8"), None)
 
 
 def _summary(output: Path, speech, seconds: float, spoken_now: int, took: float) -> str:

@@ -43,6 +43,9 @@ class Job:
         self._cancelled = threading.Event()
         self.output: queue.Queue = queue.Queue(maxsize=1)
         self.finished = False
+        # what the generator returned as it ended (set before its END is
+        # published, so a reader that has the END sees it)
+        self.result: Any = None
 
     @property
     def cancelled(self) -> bool:
@@ -74,7 +77,8 @@ class Job:
             if self._steps is None:
                 self._steps = self._start()
             item = next(self._steps)
-        except StopIteration:
+        except StopIteration as end:
+            self.result = end.value
             item = END
         except Exception as error:  # noqa: BLE001 - every failure goes to the consumer
             item = Failure(error)

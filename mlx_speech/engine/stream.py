@@ -69,6 +69,12 @@ class ChunkStream:
             raise item.error
         return item
 
+    @property
+    def result(self) -> Any:
+        """What the job's generator returned, once this stream has ended
+        (a family's ``synthesize``: whether it ran to its frame budget)."""
+        return self._job.result
+
     def cancel(self) -> None:
         """Stop the job at its next frame boundary; further reads end, and a
         read blocked in another thread returns."""

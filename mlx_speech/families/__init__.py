@@ -74,7 +74,9 @@ class SpeechService:
         ``Pending(batch, chunk)`` after submitting the frame to a step shared
         with the model's other requests (``chunk`` may be a ``DeferredOutput``
         that a shared decode fills); the engine stops calling it when the
-        request is cancelled."""
+        request is cancelled. It may return whether it ran to its frame budget
+        without the model stopping (``ChunkStream.result``: a book retakes
+        such a take); MOSS-TTS-Nano's does."""
         raise NotImplementedError
 
     def reusable_voice(self, voice: Any) -> Any:

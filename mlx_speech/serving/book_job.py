@@ -17,6 +17,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from ..book.takes import DEFAULT_RETAKES
 from ..request import SpeechRequest
 
 ID_PATTERN = re.compile(r"book_[0-9a-f]{24}")
@@ -46,6 +47,8 @@ class BookJob:
     dialogue_voice: str | None = None  # the voice of what the book quotes
     contents: list = dataclasses.field(default_factory=list)  # book_contents, as dicts
     left_out: list = dataclasses.field(default_factory=list)  # Book.left_out
+    retakes: int = DEFAULT_RETAKES  # a suspect take spoken again up to this often
+    suspects: list = dataclasses.field(default_factory=list)  # Suspect.as_dict()s
 
 
 def new_job_id() -> str:

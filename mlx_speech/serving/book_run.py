@@ -51,14 +51,20 @@ def run_book_job(
         book = titled(book_of(source, job.source, footnotes=job.footnotes), job.title)
     chosen = chosen_chapters(job.chapters_asked, len(book.chapters))
     speech = BookSpeech(
-        tts, book, job.request, chapters=chosen, dialogue_voice=job.dialogue_voice
+        tts,
+        book,
+        job.request,
+        chapters=chosen,
+        dialogue_voice=job.dialogue_voice,
+        retakes=job.retakes,
     )
     with SpokenStore(folder / "spoken") as store:
         progress = _Progress(speech, store, update)
         started = job.started or time.time()
         update(status="speaking", started=started, **progress.numbers())
         speech.speak(store, in_flight=in_flight, spoken=progress.add, stop=stop)
-        update(status="writing")
+        suspects = [suspect.as_dict() for suspect in speech.suspects(store)]
+        update(status="writing", suspects=suspects)
         audio_format = job.response_format
         audio = folder / f"{AUDIO_NAME}.{audio_format}"
         write_whole(

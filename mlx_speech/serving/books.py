@@ -31,6 +31,7 @@ from ..book.contents import book_contents, chosen_chapters
 from ..book.source import Book, book_of
 from ..book.speaker import BookCancelled
 from ..book.speech import BookSpeech
+from ..book.takes import DEFAULT_RETAKES
 from ..engine import Engine
 from ..errors import InvalidRequest
 from ..request import SpeechRequest
@@ -75,6 +76,7 @@ class BookOrder:
     footnotes: str = "skip"  # or "chapter-end"
     loudness: float | None = -18.0  # LUFS, or None to leave the audio as spoken
     dialogue_voice: str | None = None  # the voice of what the book quotes
+    retakes: int = DEFAULT_RETAKES  # a suspect take spoken again up to this often
 
 
 class UnknownBookJob(KeyError):
@@ -337,7 +339,12 @@ class BookJobs:
         except ValueError as error:
             raise InvalidRequest("chapters", str(error)) from None
         speech = BookSpeech(
-            tts, book, order.request, chapters=chosen, dialogue_voice=order.dialogue_voice
+            tts,
+            book,
+            order.request,
+            chapters=chosen,
+            dialogue_voice=order.dialogue_voice,
+            retakes=order.retakes,
         )
         chapters = len(speech.chapter_sentences())
         check_chapter_count(order.response_format, chapters)
@@ -355,6 +362,7 @@ class BookJobs:
             footnotes=order.footnotes,
             loudness=order.loudness,
             dialogue_voice=order.dialogue_voice,
+            retakes=order.retakes,
             contents=[asdict(chapter) for chapter in book_contents(book)],
             left_out=list(book.left_out),
         )

@@ -64,6 +64,7 @@ class PausedStream(AudioEvents):
         self._channels = channels
         self._current: Any = None
         self._cancelled = False
+        self._ran_out = False
         self._events = self._all(items)
 
     def _all(self, items: list) -> Iterator[Audio | Seam]:
@@ -79,6 +80,7 @@ class PausedStream(AudioEvents):
             self._current = item()
             # a part meeting another part or a pause is joined without a click
             yield from faded(self._current, self._sample_rate, number > 0, number < last)
+            self._ran_out = self._ran_out or getattr(self._current, "result", None) is True
             self._current = None
 
     def _silence(self, samples: int) -> Iterator[Audio]:
@@ -88,6 +90,11 @@ class PausedStream(AudioEvents):
             count = min(most, samples)
             yield Audio(np.zeros(shape(count), dtype=np.float32), self._sample_rate)
             samples -= count
+
+    @property
+    def result(self) -> bool:
+        """Whether a part's generation ran to its frame budget."""
+        return self._ran_out
 
     def cancel(self) -> None:
         self._cancelled = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,10 +194,13 @@ class MossNanoService(SpeechService):
         return Reference(samples, codes, key, saved)
 
     # Worker thread.
-    def synthesize(self, request: MossNanoRequest) -> Iterator[Audio | Pending | None]:
+    def synthesize(
+        self, request: MossNanoRequest
+    ) -> Generator[Audio | Pending | None, None, bool]:
         """One frame per step, stepped together with the model's other
         requests; each chunk is decoded together with theirs and goes out
-        while the next frame is computed."""
+        while the next frame is computed. Returns whether a segment ran to
+        its frame budget without the model stopping."""
         keys = KeySequence(request.seed)
         reference_codes, prefix_key = None, None
         if request.reference is not None:
@@ -205,6 +208,7 @@ class MossNanoService(SpeechService):
             reference_codes, prefix_key = mx.array(codes), content_key(codes)
         decoder = self._decodes.state(request.channels)
         chunks = ChunkRelease(self._decodes, decoder)
+        ran_out = False  # a segment used its frame budget without stopping
         for segment in request.segments:
             cache, rows = self._prefilled(
                 self._prompt(segment, reference_codes), reference_codes, prefix_key
@@ -218,8 +222,10 @@ class MossNanoService(SpeechService):
                 if job.stopped:
                     break
                 chunks.add(job.frame)
+            ran_out = ran_out or not job.stopped
         for chunk in chunks.rest():
             yield Pending(self._decodes, chunk)
+        return ran_out
 
     def _clip(self, voice: Any) -> np.ndarray:
         return load_reference(

@@ -122,6 +122,8 @@ def book_object(job: BookJob) -> dict[str, Any]:
         "footnotes": job.footnotes,
         "loudness": job.loudness,
         "dialogue_voice": job.dialogue_voice,
+        "retakes": job.retakes,
+        "suspects": job.suspects,
         "contents": [
             {
                 "number": chapter["number"],

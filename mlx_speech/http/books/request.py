@@ -14,6 +14,8 @@ from ...audio.chapters import BOOK_FORMATS
 from ...audio.loudness import TARGET_LUFS, TARGETS_LUFS, is_target
 from ...book.files import file_name
 from ...book.source import FOOTNOTES, MAX_BOOK_BYTES
+from ...book.speech import MAX_RETAKES
+from ...book.takes import DEFAULT_RETAKES
 from ...errors import shown
 from ...serving.books import BookOrder
 from ..bodies import BookUpload
@@ -24,7 +26,14 @@ INPUT_FORMATS = {"text": ".txt", "markdown": ".md"}  # a text sent as JSON
 DEFAULT_INPUT_FORMAT = "text"
 DEFAULT_BOOK_FORMAT = "m4b"
 # The form fields read as JSON before they are checked
-TYPED_FORM_FIELDS = ("speed", "normalize", "channels", "loudness", *SAMPLING_FIELDS)
+TYPED_FORM_FIELDS = (
+    "speed",
+    "normalize",
+    "channels",
+    "loudness",
+    "retakes",
+    *SAMPLING_FIELDS,
+)
 
 
 def book_too_large(param: str) -> ApiError:
@@ -98,6 +107,7 @@ def _order(
     dialogue_voice = fields.get("dialogue_voice")
     if dialogue_voice is not None and not isinstance(dialogue_voice, str):
         raise ApiError(400, "dialogue_voice must be a voice's name", param="dialogue_voice")
+    retakes = _retakes(fields.get("retakes"))
     return BookOrder(
         data,
         name,
@@ -108,7 +118,25 @@ def _order(
         footnotes,
         loudness,
         dialogue_voice,
+        retakes,
     )
+
+
+def _retakes(value: Any) -> int:
+    """``retakes``: 0 to ``MAX_RETAKES``."""
+    if value is None:
+        return DEFAULT_RETAKES
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_RETAKES
+    ):
+        raise ApiError(
+            400,
+            f"retakes must be a whole number from 0 to {MAX_RETAKES}, got {shown(value)}",
+            param="retakes",
+        )
+    return value
 
 
 def _loudness(value: Any) -> float | None:

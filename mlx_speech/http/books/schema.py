@@ -7,6 +7,8 @@ from typing import Any
 
 from ...audio.chapters import BOOK_FORMATS, book_media_type
 from ...book.source import FOOTNOTES, MAX_BOOK_BYTES, SUFFIXES
+from ...book.speech import MAX_RETAKES
+from ...book.takes import DEFAULT_RETAKES
 from ...settings import ServerSettings
 from ..schemas import STRING, errors
 from ..speech.schema import speech_fields
@@ -32,6 +34,22 @@ BOOK_JOB = {
         "footnotes": {"enum": list(FOOTNOTES)},
         "loudness": {"type": ["number", "null"]},
         "dialogue_voice": {"type": ["string", "null"]},
+        "retakes": {"type": "integer"},
+        "suspects": {
+            "type": "array",
+            "description": "the kept sentences whose take is still suspect, once "
+            "the book is spoken",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "chapter": {"type": "integer"},
+                    "title": STRING,
+                    "start_seconds": {"type": "number"},
+                    "text": STRING,
+                    "why": STRING,
+                },
+            },
+        },
         "contents": {
             "type": "array",
             "description": "every chapter that says something, as "
@@ -110,6 +128,15 @@ def _book_fields(settings: ServerSettings) -> dict[str, Any]:
             "type": "string",
             "description": "speak what the book quotes in this voice, the narration "
             "in voice (a voice tag in the text still wins)",
+        },
+        "retakes": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_RETAKES,
+            "default": DEFAULT_RETAKES,
+            "description": "speak a take again, up to this many times, while it is "
+            "suspect (it ran to the frame budget, or its length is far from what "
+            "its text implies); the best is kept",
         },
         "loudness": {
             "oneOf": [

@@ -48,7 +48,7 @@ def _sentences(count: int) -> list[Sentence]:
 def _opener(streams: list[SlowStream], chunks: int, seconds: float, fast: int = 0):
     """Streams of ``chunks`` chunks ``seconds`` apart, the first ``fast`` at once."""
 
-    def open_stream(sentence) -> SlowStream:
+    def open_stream(sentence, retake: int) -> SlowStream:
         streams.append(SlowStream(chunks, 0.0 if len(streams) < fast else seconds))
         return streams[-1]
 

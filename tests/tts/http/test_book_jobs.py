@@ -536,3 +536,25 @@ def test_a_loudness_outside_the_documented_range_is_refused(client, loudness):
     refused = client.post("/v1/audio/books", json=body)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "loudness"
     assert "from -40 to -5, or off" in refused.json()["error"]["message"]
+
+
+def test_a_jobs_suspect_takes_are_retaken_as_asked_and_listed(client):
+    """The speaking checkpoint never stops: every take runs to its budget."""
+    body = {"input": "# One\n\nHello there.\n", "input_format": "markdown", **SHORT}
+    job = client.post("/v1/audio/books", json={**body, "retakes": 1}).json()
+    assert (job["retakes"], job["suspects"]) == (1, [])
+    done = _done(client, job["id"])
+    why = "ran to the frame budget without stopping"
+    assert [(s["chapter"], s["title"], s["text"], s["why"]) for s in done["suspects"]] == [
+        (1, "One", "One", why),
+        (1, "One", "Hello there.", why),
+    ]
+    assert done["suspects"][0]["start_seconds"] == 0
+
+
+@pytest.mark.parametrize("retakes", [11, -1, 1.5, True, "2"])
+def test_a_retake_count_outside_the_documented_range_is_refused(client, retakes):
+    body = {"input": "Hi.", "retakes": retakes, **SHORT}
+    refused = client.post("/v1/audio/books", json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "retakes"
+    assert "from 0 to 10" in refused.json()["error"]["message"]
