@@ -24,7 +24,10 @@ from .plan import Sentence
 from .store import SpokenStore
 from .takes import Take, best_take, checked_take
 
-IN_FLIGHT = 8  # the engine's batch: more would only wait
+IN_FLIGHT = 8  # the engine's default batch: more would only wait
+# What ``mlx-speech book`` runs the engine's batch at, and as many in flight:
+# more rows share each product (bench/bench_book.py, docs/performance.md).
+BOOK_BATCH = 16
 STOP_CHECK_SECONDS = 0.1  # how often a run looks at its ``stop`` event
 
 

@@ -7,13 +7,15 @@ not at all."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from ..book.speaker import BOOK_BATCH
 from .arguments import loaded_model, sampling_arguments, speech_arguments, speech_request
 
 SHOWN_SUSPECTS = 10  # in the summary; --report has them all
@@ -57,6 +59,25 @@ def add_parser(commands) -> None:
     sampling_arguments(book)
 
 
+def _take_arguments(book) -> None:
+    """How each sentence's take is checked, and what is told of it."""
+    book.add_argument(
+        "--retakes",
+        type=_retakes,
+        default=2,
+        metavar="N",
+        help="speak a take again, up to N times, while it is suspect: it ran to "
+        "the frame budget, or its length is far from what its text implies; the "
+        "best is kept (default: 2; 0 checks without retaking)",
+    )
+    book.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE",
+        help="write the sentences still suspect there, a line each: chapter, time and text",
+    )
+
+
 def _choice_arguments(book) -> None:
     """What is read and spoken, and how the file sounds."""
     book.add_argument(
@@ -85,21 +106,7 @@ def _choice_arguments(book) -> None:
         help="speak what the book quotes in this voice, the narration in --voice "
         "(a voice tag in the text still wins)",
     )
-    book.add_argument(
-        "--retakes",
-        type=_retakes,
-        default=2,
-        metavar="N",
-        help="speak a take again, up to N times, while it is suspect: it ran to "
-        "the frame budget, or its length is far from what its text implies; the "
-        "best is kept (default: 2; 0 checks without retaking)",
-    )
-    book.add_argument(
-        "--report",
-        default=None,
-        metavar="FILE",
-        help="write the sentences still suspect there, a line each: chapter, time and text",
-    )
+    _take_arguments(book)
     book.add_argument(
         "--cover",
         default=None,
@@ -125,8 +132,6 @@ def _choice_arguments(book) -> None:
 def run(args: argparse.Namespace) -> None:
     from ..book.contents import chosen_chapters
     from ..book.source import read_book
-    from ..book.speech import BookSpeech
-    from ..book.store import SpokenStore, kept_takes, redone
 
     output = _checked_output(args)
     # a bad book fails before the model loads
@@ -139,6 +144,16 @@ def run(args: argparse.Namespace) -> None:
     chapters = chosen_chapters(args.chapters, len(book.chapters))
     redo = chosen_chapters(args.redo, len(book.chapters)) or frozenset()
     _check_places(args, book, output)
+    with _batch_for_books():
+        _speak_and_write(args, book, output, chapters, redo)
+
+
+def _speak_and_write(
+    args: argparse.Namespace, book, output: Path, chapters, redo: frozenset[int]
+) -> None:
+    from ..book.speech import BookSpeech
+    from ..book.store import SpokenStore, kept_takes, redone
+
     loading = time.perf_counter()
     tts = loaded_model(args)
     folder = _store_folder(output)
@@ -159,7 +174,7 @@ def run(args: argparse.Namespace) -> None:
         if redo:
             store.keep_takes(takes)
         try:
-            spoken_now = _speak(speech, store)
+            spoken_now = _speak(speech, store, BOOK_BATCH)
             _write_all(speech, store, output, args)
         except KeyboardInterrupt:
             print(
@@ -266,7 +281,24 @@ def _store_folder(output: Path) -> Path:
     return output.with_name(output.name + ".spoken")
 
 
-def _speak(speech, store) -> int:
+@contextlib.contextmanager
+def _batch_for_books() -> Iterator[None]:
+    """While a book is spoken, the engine steps ``BOOK_BATCH`` of its
+    sentences together (set before the model loads, which warms its shapes);
+    after, its batch is back as it was (``main`` may run in a caller's
+    process)."""
+    from ..engine import shared_engine
+
+    engine = shared_engine()
+    before = engine.max_batch
+    engine.configure(BOOK_BATCH, engine.max_parked)
+    try:
+        yield
+    finally:
+        engine.configure(before, engine.max_parked)
+
+
+def _speak(speech, store, in_flight: int) -> int:
     """Speak what the store lacks, with its progress; how many were spoken."""
     from ..book.assembly import sentence_lengths
     from .progress import BookProgress
@@ -283,7 +315,7 @@ def _speak(speech, store) -> int:
         speech, {s.key for s in done}, sum(sentence_lengths(store, done)), sys.stderr
     )
     try:
-        speech.speak(store, spoken=progress)
+        speech.speak(store, in_flight=in_flight, spoken=progress)
     except OSError as error:
         raise _disk_error(error, f"keep a spoken sentence in {store.folder}") from None
     finally:

@@ -216,3 +216,34 @@ def test_ctrl_c_says_in_one_line_what_is_kept_and_what_to_do(speaking_dir, tmp_p
     assert last.startswith("stopped: ") and "of 39 sentences are kept in" in last
     assert last.endswith("run the same command again to finish")
     assert "Traceback" not in err
+
+
+def test_the_command_steps_its_book_batch_and_gives_the_engine_back(
+    speaking_dir, tmp_path, monkeypatch
+):
+    """Its own process speaks 16 sentences at once with the engine stepping
+    16 together; run in a caller's process, the engine's batch is back after."""
+    from mlx_speech.book.speaker import BOOK_BATCH
+    from mlx_speech.engine import shared_engine
+
+    seen = []
+    speak = BookSpeech.speak
+
+    def recording(self, store, **options):
+        seen.append((shared_engine().max_batch, options["in_flight"]))
+        return speak(self, store, **options)
+
+    monkeypatch.setattr(BookSpeech, "speak", recording)
+    before = shared_engine().max_batch
+    book = _book(tmp_path / "book.md")
+    args = [
+        "book",
+        str(book),
+        "-o",
+        str(tmp_path / "book.wav"),
+        "--model",
+        str(speaking_dir),
+    ]
+    assert main([*args, *SHORT]) == 0
+    assert seen == [(BOOK_BATCH, BOOK_BATCH)] and BOOK_BATCH == 16
+    assert shared_engine().max_batch == before
