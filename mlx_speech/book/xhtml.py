@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import lxml.html
 from lxml import etree
@@ -93,11 +94,17 @@ def skipped_kind(element: etree._Element) -> str | None:
     for word in semantics(element):
         if word in SKIPPED:
             return SKIPPED[word]
-    if element.tag == "a" and (element.get("href") or "").startswith("#"):
+    if element.tag == "a" and _within_the_book(element.get("href") or ""):
         text = element.text_content()
         if text and _NOTE_MARK.fullmatch(text):
             return "note marker"
     return None
+
+
+def _within_the_book(href: str) -> bool:
+    """A link to a place in this document or another of the book's (calibre
+    splits a chapter from its notes), not to the web."""
+    return "#" in href and urlsplit(href).scheme == ""
 
 
 class DocumentText:

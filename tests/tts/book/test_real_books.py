@@ -63,6 +63,20 @@ def test_the_markdown_source_is_heard_the_same(speaking_tts):
     assert all(kind in left_out for kind in LIGHTHOUSE_LEFT_OUT[1:])
 
 
+def test_a_calibre_epub_falls_back_to_its_spine_and_skips_its_notes(speaking_tts):
+    """calibre splits the chapters into files, each note marker linking to
+    the notes in another file, and builds its table of contents of the
+    notes' links: the spine gives the chapters, and no note is heard."""
+    name = FIXTURES / "lighthouse-calibre.epub"
+    titles, said = _said(speaking_tts, name)
+    assert titles == ["Préface", "La Tempête", "Le Matin"]
+    assert said == [line.replace("’", "'") for line in LIGHTHOUSE]
+    left_out = " | ".join(read_book(name).left_out)
+    assert "the table of contents: it is broken (3 of its entries point at" in left_out
+    for kind in ("copyright page", "2 note markers", "footnote", "cover"):
+        assert kind in left_out
+
+
 def test_an_ebooklib_epub_skips_its_contents_page_and_notes(speaking_tts):
     titles, said = _said(speaking_tts, FIXTURES / "notes-ebooklib.epub")
     assert titles == ["Le Départ", "Le Retour", "La Fin"]
