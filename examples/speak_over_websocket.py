@@ -6,7 +6,7 @@
 The text is sent a word at a time (as a chat model writes it); each sentence
 comes back as soon as it is complete, as 24 kHz PCM chunks, which this
 script joins into one WAV file. The protocol is vLLM-Omni's, described in
-docs/speech.md.
+docs/speech/text-streams.md.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def _other_routes() -> dict[str, Any]:
         "/v1/audio/speech/stream": {
             "get": {
                 "summary": "WebSocket (vLLM-Omni's protocol): text in as it is written, "
-                "audio out sentence by sentence; the messages are in docs/speech.md. "
+                "audio out sentence by sentence; the messages are in "
+                "docs/speech/text-streams.md. "
                 "Asked without Upgrade: websocket, 426",
                 "responses": {
                     "101": {"description": "Switching Protocols"},

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 # MLX first, so that mlx_speech leaves it on the mlx-cpu wheel's reference
 # BLAS: the suite's exactness tests hold its one order of sums (OpenBLAS
-# switches kernels with the rows; docs/speech.md, "Batching").
+# switches kernels with the rows; docs/speech/families.md, "Batching").
 import mlx.core  # noqa: F401, I001
 
 # isort: split

@@ -20,7 +20,7 @@ give the exact GELU or attention (MLX's numbers, faster), both modes take
 them.
 
 ``bench/check_codec_math.py`` measures both, and the audio of a whole decode
-against the exact one (``docs/speech.md``, "Speed", states the bound;
+against the exact one (``docs/speech/families.md``, "Speed", states the bound;
 ``tests/tts/families/test_parity.py`` holds it). The codes never depend on this: the
 decoder runs after they are chosen, and encoding a reference clip always uses
 the exact functions, so its codes stay mlx-audio's.

@@ -1,5 +1,5 @@
 """A model that stops before its first audio: every surface answers a file
-the format's decoders read as empty (docs/speech.md, "Empty audio")."""
+the format's decoders read as empty (docs/speech/http.md, "Empty audio")."""
 
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ MULTI_SEGMENT = (
 )
 CJK = "你好，欢迎使用语音合成服务。这是第二句话！"
 # Measured: 0 with the mlx-cpu wheel's BLAS, 1.2e-6 with OpenBLAS (its kernels
-# round differently by shape); docs/speech.md states the same bound.
+# round differently by shape); docs/speech/families.md states the same bound.
 PARITY_ATOL = 2e-6
-# The fast codec's bound (docs/speech.md, "Codec math: exact and fast");
+# The fast codec's bound (docs/speech/families.md, "Codec math: exact and fast");
 # measured on these models about 1e-6 and 120 dB.
 FAST_MAX_ABS = 1e-4
 FAST_MIN_SNR_DB = 80.0

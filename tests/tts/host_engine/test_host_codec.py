@@ -19,7 +19,8 @@ from tests.tts.support.host_engine import host_decoder_for, needs_host_library
 pytestmark = needs_host_library
 
 
-# The fast mode's contract for the audio (docs/speech.md, "Codec math: exact and fast").
+# The fast mode's contract for the audio (docs/speech/families.md, "Codec math:
+# exact and fast").
 FAST_MAX_ABS = 1e-4
 
 
