@@ -14,7 +14,7 @@ import av
 import numpy as np
 import soundfile
 
-from .formats import FORMATS, AudioFormat
+from .formats import BOOK_FORMATS, FORMATS, AudioFormat
 from .pictures import PICTURE_FORMATS, Picture, embed_picture
 from .resample import StreamingResampler
 
@@ -25,8 +25,6 @@ class ChapterMark:
     start: int  # first sample of the chapter, in the audio's samples at its own rate
     end: int  # one past the last
 
-
-BOOK_FORMATS = ("m4b", "mp3", "opus", "flac", "wav")  # m4b is AAC in MP4
 
 # PyAV's muxer and encoder for each book format but wav. "ipod" is MP4 with
 # iTunes' brands and tags, which audiobook players read.

@@ -49,8 +49,16 @@ FORMATS = {
     )
 }
 
-# The formats of the speech endpoint, OpenAI's list (ogg is only written to files).
+# Where each surface differs from FORMATS, every format a file of speech can
+# be (``mlx-speech speak -o``, ``Audio.write``), and why:
+# - the speech endpoint takes OpenAI's list: Vorbis (``ogg``) is no OpenAI
+#   format, and no client of it asks for one;
 RESPONSE_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+# - a book is a file a player keeps, with its chapters: m4b (AAC in MP4, the
+#   audiobook's own) and the formats that hold chapter marks or a length
+#   (``audio.chapters``); a raw stream (``pcm``, ``aac``) has neither, and
+#   Vorbis holds nothing Opus does not, smaller.
+BOOK_FORMATS = ("m4b", "mp3", "opus", "flac", "wav")
 
 
 def format_for_path(path: str | Path, name: str | None = None) -> AudioFormat:

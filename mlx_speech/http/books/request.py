@@ -10,7 +10,7 @@ import contextlib
 import json
 from typing import Any
 
-from ...audio.chapters import BOOK_FORMATS
+from ...audio.formats import BOOK_FORMATS
 from ...audio.loudness import TARGET_LUFS, TARGETS_LUFS, is_target
 from ...book.files import file_name
 from ...book.source import FOOTNOTES, MAX_BOOK_BYTES

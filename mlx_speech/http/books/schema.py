@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...audio.chapters import BOOK_FORMATS, book_media_type
+from ...audio.chapters import book_media_type
+from ...audio.formats import BOOK_FORMATS
 from ...book.source import FOOTNOTES, MAX_BOOK_BYTES, SUFFIXES
 from ...book.speech import MAX_RETAKES
 from ...book.takes import DEFAULT_RETAKES
