@@ -87,3 +87,23 @@ def test_each_contract_page_is_short_and_reached_from_the_index(page):
     assert len(page.read_text(encoding="utf-8").splitlines()) <= MOST_LINES
     index = links(ROOT / "docs" / "speech.md")
     assert any(target.partition("#")[0] == f"speech/{page.name}" for target in index)
+
+
+def test_the_formats_table_is_what_each_surface_takes():
+    """The index's one table of formats says, for each surface, what
+    ``audio.formats`` lets it write."""
+    from mlx_speech.audio.formats import BOOK_FORMATS, FORMATS, RESPONSE_FORMATS
+
+    text = (ROOT / "docs" / "speech.md").read_text(encoding="utf-8")
+    table = text.split("## Formats, on every surface", 1)[1]
+    rows = [line for line in table.splitlines() if re.match(r"\| `\w+`", line)]
+    taken: dict[str, list[str]] = {"speak": [], "http": [], "book": []}
+    for row in rows:
+        name = re.match(r"\| `(\w+)`", row)[1]
+        cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
+        for surface, cell in zip(taken, cells, strict=True):
+            if cell.startswith("yes"):
+                taken[surface].append(name)
+    assert sorted(taken["speak"]) == sorted(FORMATS)
+    assert sorted(taken["http"]) == sorted(RESPONSE_FORMATS)
+    assert sorted(taken["book"]) == sorted(BOOK_FORMATS)
