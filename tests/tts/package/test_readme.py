@@ -26,9 +26,7 @@ pytestmark = pytest.mark.slow  # a subprocess
 
 
 def test_the_python_example_runs_as_written(speaking_dir, tmp_path):
-    (example,) = re.findall(
-        r"## Python API\n\n```python\n(.*?)```", README.read_text(), re.S
-    )
+    (example,) = re.findall(r"### Python\n\n```python\n(.*?)```", README.read_text(), re.S)
     (tmp_path / "ckpt").symlink_to(speaking_dir)
     done = subprocess.run(
         [sys.executable, "-c", example],
@@ -69,17 +67,15 @@ def test_the_quick_starts_run_as_written_offline(tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, f"{line}\n{done.stderr}"
 
-    (checkpoint,) = _shell_block("## Set-up", "make_checkpoint.py ckpt")
+    (checkpoint,) = _shell_block("## Install and first sound", "make_checkpoint.py ckpt")
     run(checkpoint)
-    (example,) = re.findall(
-        r"## Python API\n\n```python\n(.*?)```", README.read_text(), re.S
-    )
+    (example,) = re.findall(r"### Python\n\n```python\n(.*?)```", README.read_text(), re.S)
     run(f".venv/bin/python -c {shlex.quote(example)}")
-    for line in _shell_block("## Books"):
+    for line in _shell_block("### A book"):
         run(line)
     assert probed(tmp_path / "lighthouse.m4b")["chapters"]
     assert (tmp_path / "lighthouse.vtt").read_text().startswith("WEBVTT")
-    for line in _shell_block("## Server and CLI"):
+    for line in _shell_block("### A server for OpenAI clients"):
         if " serve " in line:
             _serves_and_stops(line, tmp_path, environment)
         else:
