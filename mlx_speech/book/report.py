@@ -41,12 +41,11 @@ def suspects(
 ) -> list[Suspect]:
     """Each kept sentence whose take is suspect, in the book's order; a
     sentence said twice is listed where it is first heard."""
-    found, position, seen = [], 0, set()
+    found, position, marks = [], 0, store.suspects()
     for sentence in sentences:
         if not store.has(sentence.key):
             continue  # not spoken yet
-        why = store.suspect(sentence.key) if sentence.key not in seen else None
-        seen.add(sentence.key)
+        why = marks.pop(sentence.key, None)  # once: where first heard
         if why is not None:
             title = book.chapters[sentence.chapter].title
             start = position / rate

@@ -15,6 +15,7 @@ which the system drops with the process, however it ends).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
@@ -128,12 +129,14 @@ class SpokenStore:
             _replace_whole(self._path(key), _flac(samples, rate))
         self._frames[key] = len(samples)
 
-    def suspect(self, key: str) -> str | None:
-        """Why the sentence's kept take is suspect; None where it is not."""
-        try:
-            return self._suspect_path(key).read_text(encoding="utf-8")
-        except OSError:
-            return None
+    def suspects(self) -> dict[str, str]:
+        """Why each suspect take is, by its sentence's key: one pass over the
+        folder, not a file looked for per sentence."""
+        marks = {}
+        for path in self.folder.glob(f"*{SUSPECT_SUFFIX}"):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                marks[path.name.removesuffix(SUSPECT_SUFFIX)] = path.read_text("utf-8")
+        return marks
 
     def _suspect_path(self, key: str) -> Path:
         return self.folder / f"{key}{SUSPECT_SUFFIX}"
